@@ -1,0 +1,107 @@
+// Trace: one iteration of intercepted calls, as the recorder saw it and as the planner reads
+// it. Versioned JSON, schema documented in planner/trace_schema.md ("vcudnn.trace/1").
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/conv_layer.h"
+#include "planner/result.h"
+
+namespace vcudnn {
+
+inline constexpr std::string_view kTraceSchema = "vcudnn.trace/1";
+
+// What an intercepted call did. Convolution-related kinds also carry a ConvKind.
+enum class CallKind : uint8_t {
+  kCreate,
+  kDestroy,
+  kSetStream,
+  kGetStream,
+  kConvolution,          // cudnnConvolution{Forward,BackwardData,BackwardFilter}
+  kGetAlgorithmV7,       // cudnnGetConvolution*Algorithm_v7
+  kFindAlgorithm,        // cudnnFindConvolution*Algorithm
+  kFindAlgorithmEx,      // cudnnFindConvolution*AlgorithmEx
+  kGetWorkspaceSize,     // cudnnGetConvolution*WorkspaceSize
+  kGetAlgorithmMaxCount  // cudnnGetConvolution*AlgorithmMaxCount
+};
+inline constexpr int kCallKindCount = 10;
+std::string_view call_kind_name(CallKind kind);
+std::optional<CallKind> call_kind_from_name(std::string_view name);
+// True for the kinds that concern one convolution and so carry ConvKind (and usually a layer).
+bool call_has_conv_kind(CallKind kind);
+
+// One row of a cudnn*AlgoPerf_t result (the three structs share this layout).
+struct AlgoPerf {
+  int32_t algo = 0;
+  int32_t status = 0;
+  float time_ms = 0;
+  uint64_t memory = 0;
+  int32_t determinism = 0;
+  int32_t math_type = 0;
+  bool operator==(const AlgoPerf&) const = default;
+};
+
+// Pointer roles, in layer terms: x holds x or dx, w holds w or dw, y holds y or dy.
+enum PtrSlot { kPtrX = 0, kPtrW = 1, kPtrY = 2, kPtrWorkspace = 3 };
+
+struct TraceCall {
+  uint64_t seq = 0;        // process-wide order of interception
+  double host_us = 0;      // host time since recording started, at entry
+  uint32_t thread = 0;     // index into Trace::threads
+  uint32_t handle = 0;     // index into Trace::handles
+  uint32_t stream = 0;     // index into Trace::streams
+  CallKind kind = CallKind::kConvolution;
+  ConvKind conv = ConvKind::kForward;
+  int32_t status = 0;      // cudnnStatus_t returned to the caller
+  int32_t layer = -1;      // index into Trace::layers; -1 when none or undecodable
+  int32_t algo = -1;       // algorithm passed (convolution, workspace query)
+  uint64_t workspace_bytes = 0;  // passed (convolution, FindEx) or returned (workspace query)
+  std::array<uint64_t, 4> ptrs{};  // PtrSlot order; 0 when absent
+  double alpha = 0, beta = 0;      // convolution scaling factors, read as the data type says
+  int32_t requested = 0;           // requestedAlgoCount (queries)
+  int32_t returned = 0;            // *returnedAlgoCount, or the max count
+  std::vector<AlgoPerf> perf;      // results of Get/Find
+  uint64_t user_layer = 0;         // layer id given through the wrapped handle; 0 = none
+  std::optional<float> gpu_ms;     // device time between events around the call
+  bool captured = false;           // stream was capturing a CUDA graph: no events were recorded
+
+  bool operator==(const TraceCall&) const = default;
+};
+
+struct Trace {
+  std::string vcudnn_version;
+  int64_t cudnn_version = 0;
+  std::string cudnn_library;
+  int64_t pid = 0;
+  std::string program;
+  // How the iteration was delimited: "explicit" (vcudnnIterationBoundary), "auto" (repeating
+  // call sequence), or "none" (no repeat found before the recorder stopped; complete = false).
+  std::string detected_by = "none";
+  bool complete = false;
+  uint64_t first_seq = 0;  // seq of the first call of the iteration
+  uint64_t end_seq = 0;    // one past the seq of its last call
+  std::vector<ConvLayer> layers;
+  std::vector<uint64_t> threads;  // OS thread ids
+  std::vector<uint64_t> handles;  // cudnnHandle_t values
+  std::vector<uint64_t> streams;  // cudaStream_t values (0 = legacy default stream)
+  std::vector<TraceCall> calls;
+
+  bool operator==(const Trace&) const = default;
+};
+
+void to_json(nlohmann::json& j, const Trace& trace);
+void from_json(const nlohmann::json& j, Trace& trace);
+
+Result<Trace> parse_trace(std::string_view text);
+Result<Trace> read_trace(const std::string& path);
+// Writes atomically (temporary file + rename), so a reader never sees half a trace.
+Status write_trace(const Trace& trace, const std::string& path);
+
+}  // namespace vcudnn

@@ -1,0 +1,152 @@
+// The engine: policy per call, load line, exit summary.
+#include "runtime/engine.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <mutex>
+
+#include "runtime/log.h"
+#include "runtime/no_destroy.h"
+#include "runtime/real_api.h"
+#include "runtime/stats.h"
+
+namespace vcudnn {
+namespace {
+
+std::atomic<bool> g_started{false};
+
+std::string version_text(int v) {
+  // cuDNN 9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+void log_startup(const Options& o) {
+  const std::string log_error = log::configure(o);
+  for (const auto& e : o.errors) VCUDNN_LOG_ERROR("{}", e);
+  if (!log_error.empty()) VCUDNN_LOG_ERROR("{}", log_error);
+  for (const auto& w : o.warnings) VCUDNN_LOG_WARN("{}", w);
+  const LibraryInfo& lib = cudnn_library();
+  std::string cudnn = lib.found ? "cuDNN " + version_text(static_cast<int>(real().cudnnGetVersion())) + " from " +
+                                      lib.path + " (" + lib.how + ")"
+                                : "cuDNN NOT FOUND: " + lib.error;
+  VCUDNN_LOG_INFO("vcudnn {} active: policy={}{}; {}", VCUDNN_VERSION, o.get(kPolicy),
+                  o.get(kTrace).empty() ? "" : ", trace=" + o.get(kTrace), cudnn);
+  if (lib.found && lib.missing)
+    VCUDNN_LOG_WARN("{} cuDNN entry points missing from {}: {}", lib.missing, lib.path, lib.missing_names);
+}
+
+}  // namespace
+
+Engine::Engine(const Options& o) : policy_(o.policy), recorder_(RecorderConfig{o.get(kTrace)}) {}
+
+bool Engine::started() { return g_started.load(std::memory_order_acquire); }
+
+Engine& Engine::get() {
+  static NoDestroy<Engine> engine([] {
+    const Options& o = options();
+    log_startup(o);
+    return o;
+  }());
+  g_started.store(true, std::memory_order_release);
+  return engine.get();
+}
+
+cudnnStatus_t Engine::convolution(HookScope& scope, const ConvCall& call) {
+  if (!recording()) {
+    recorder_.poll();
+    return scope.real([&] { return call_real(call); });
+  }
+  Recorder::ConvProbe probe = recorder_.before_convolution(call);
+  cudnnStatus_t st = scope.real([&] { return call_real(call); });
+  recorder_.after_convolution(probe, call, st);
+  return st;
+}
+
+cudnnStatus_t Engine::algo_query(HookScope& scope, const AlgoQuery& q) {
+  const uint64_t t = monotonic_ns();
+  cudnnStatus_t st = scope.real([&] { return call_real(q); });
+  if (recording()) recorder_.record_query(q, st, t);
+  return st;
+}
+
+cudnnStatus_t Engine::workspace_size(HookScope& scope, const WorkspaceQuery& q) {
+  const uint64_t t = monotonic_ns();
+  cudnnStatus_t st = scope.real([&] { return call_real(q); });
+  if (recording()) recorder_.record_workspace(q, st, t);
+  return st;
+}
+
+cudnnStatus_t Engine::max_count(HookScope& scope, const MaxCountQuery& q) {
+  const uint64_t t = monotonic_ns();
+  cudnnStatus_t st = scope.real([&] { return call_real(q); });
+  if (recording()) recorder_.record_max_count(q, st, t);
+  return st;
+}
+
+cudnnStatus_t Engine::create(HookScope& scope, cudnnHandle_t* handle) {
+  const uint64_t t = monotonic_ns();
+  if (!real().cudnnCreate) return unresolved("cudnnCreate");
+  cudnnStatus_t st = scope.real([&] { return real().cudnnCreate(handle); });
+  if (recording()) recorder_.record_handle_call(CallKind::kCreate, handle && st == CUDNN_STATUS_SUCCESS ? *handle : nullptr,
+                                                nullptr, st, t);
+  return st;
+}
+
+cudnnStatus_t Engine::destroy(HookScope& scope, cudnnHandle_t handle) {
+  const uint64_t t = monotonic_ns();
+  if (!real().cudnnDestroy) return unresolved("cudnnDestroy");
+  cudnnStatus_t st = scope.real([&] { return real().cudnnDestroy(handle); });
+  if (recording()) recorder_.record_handle_call(CallKind::kDestroy, handle, nullptr, st, t);
+  return st;
+}
+
+cudnnStatus_t Engine::set_stream(HookScope& scope, cudnnHandle_t handle, cudaStream_t stream) {
+  const uint64_t t = monotonic_ns();
+  if (!real().cudnnSetStream) return unresolved("cudnnSetStream");
+  cudnnStatus_t st = scope.real([&] { return real().cudnnSetStream(handle, stream); });
+  if (recording()) recorder_.record_handle_call(CallKind::kSetStream, handle, stream, st, t);
+  else recorder_.poll();
+  return st;
+}
+
+cudnnStatus_t Engine::get_stream(HookScope& scope, cudnnHandle_t handle, cudaStream_t* stream) {
+  const uint64_t t = monotonic_ns();
+  if (!real().cudnnGetStream) return unresolved("cudnnGetStream");
+  cudnnStatus_t st = scope.real([&] { return real().cudnnGetStream(handle, stream); });
+  if (recording())
+    recorder_.record_handle_call(CallKind::kGetStream, handle, stream && st == CUDNN_STATUS_SUCCESS ? *stream : nullptr,
+                                 st, t);
+  return st;
+}
+
+void Engine::iteration_boundary() {
+  if (policy_ == Policy::kRecord) recorder_.explicit_boundary();
+}
+
+std::string Engine::summary() const {
+  const Stats& s = stats();
+  const uint64_t calls = s.total_calls();
+  const double self_ms = s.self_ns.load() / 1e6;
+  std::string line = "exit: " + std::to_string(calls) + " calls (" + s.calls_text() + ")";
+  if (s.wrapped_calls.load()) line += ", " + std::to_string(s.wrapped_calls.load()) + " through vcudnnHandle_t";
+  if (s.nested_calls.load()) line += ", " + std::to_string(s.nested_calls.load()) + " nested inside cuDNN";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "; %.3f ms inside vcudnn (%.2f us/call)", self_ms,
+                calls ? self_ms * 1e3 / static_cast<double>(calls) : 0.0);
+  line += buf;
+  if (policy_ == Policy::kRecord) line += "; recorder: " + recorder_.outcome();
+  if (uint64_t n = log::suppressed_count()) line += "; " + std::to_string(n) + " repeated warnings suppressed";
+  return line;
+}
+
+void Engine::at_exit() {
+  if (policy_ == Policy::kRecord) recorder_.finish();
+  VCUDNN_LOG_INFO("{}", summary());
+}
+
+// Runs when the process exits (or the library is unloaded), after main() returns.
+__attribute__((destructor)) static void vcudnn_exit_handler() {
+  if (Engine::started()) Engine::get().at_exit();
+}
+
+}  // namespace vcudnn

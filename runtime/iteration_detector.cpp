@@ -1,0 +1,109 @@
+// Iteration detection over the call sequence.
+//
+// Note [Iteration boundaries]
+// - Only executed convolutions (kind + full fingerprint) are compared. Algorithm searches,
+//   workspace queries and stream calls are left out, because PyTorch makes them on the first
+//   iteration only; they still belong to the iteration whose seq range holds them.
+// - Threads are ignored: PyTorch runs forward and backward on different threads, one after the
+//   other, so the process-wide order is the iteration's order.
+// - Training: a segment starts wherever a forward convolution follows a backward one. The first
+//   k consecutive segments that are repeated by the next k (smallest k, earliest start) form the
+//   iteration; k > 1 covers iterations with several forward/backward phases (e.g. a GAN step).
+//   A warm-up or evaluation pass before training becomes a segment of its own and is skipped.
+// - Forward only (no backward seen yet): the first p convolutions, when the next 2p repeat them
+//   (three copies, because a net may start with a few identical layers).
+// - Explicit: once vcudnnIterationBoundary() is called, automatic detection stops; the calls
+//   between two boundaries (or the start and the first boundary) are an iteration, and a span
+//   with no convolution is skipped as a preamble.
+// - Non-convolution calls that come after an iteration's last convolution go to the next
+//   iteration: they are its setup (PyTorch sets the stream and may search before the first conv).
+#include "runtime/iteration_detector.h"
+
+namespace vcudnn {
+namespace {
+
+bool is_backward(ConvKind k) { return k != ConvKind::kForward; }
+
+}  // namespace
+
+bool IterationDetector::same_items(size_t a_begin, size_t b_begin, size_t len) const {
+  for (size_t i = 0; i < len; ++i)
+    if (!(items_[a_begin + i] == items_[b_begin + i])) return false;
+  return true;
+}
+
+std::optional<DetectedIteration> IterationDetector::on_call(uint64_t seq, const ExecItem* exec) {
+  if (first_call_) {
+    first_call_ = false;
+    seg_seq_[0] = seq;
+    explicit_start_seq_ = seq;
+  }
+  if (!exec) return std::nullopt;
+  std::optional<DetectedIteration> found;
+  if (!explicit_mode_ && exec->kind == ConvKind::kForward && !items_.empty() && is_backward(items_.back().kind)) {
+    seg_item_.push_back(items_.size());
+    seg_seq_.push_back(item_seq_.back() + 1);
+    found = check_segments(seg_item_.size() - 1);
+  }
+  items_.push_back(*exec);
+  item_seq_.push_back(seq);
+  if (is_backward(exec->kind)) seen_backward_ = true;
+  if (!found && !explicit_mode_ && !seen_backward_) found = check_forward_only(items_.size() - 1);
+  return found;
+}
+
+// Segments [0, closed) are complete. Looks for the smallest k such that the k segments ending at
+// `closed` repeat the k before them.
+std::optional<DetectedIteration> IterationDetector::check_segments(size_t closed) {
+  for (size_t k = 1; 2 * k <= closed; ++k) {
+    const size_t a = closed - 2 * k, b = closed - k;
+    const size_t a_items = seg_item_[b] - seg_item_[a];
+    if (seg_item_[closed] - seg_item_[b] != a_items) continue;
+    if (!same_items(seg_item_[a], seg_item_[b], a_items)) continue;
+    return DetectedIteration{seg_seq_[a], seg_seq_[b], "auto", a_items};
+  }
+  return std::nullopt;
+}
+
+std::optional<DetectedIteration> IterationDetector::check_forward_only(size_t m) {
+  if (m > 0 && items_[m] == items_[0]) fwd_candidates_.push_back(m);
+  std::optional<DetectedIteration> found;
+  std::vector<size_t> alive;
+  for (size_t p : fwd_candidates_) {
+    if (p == m) {  // just added: nothing to check yet
+      alive.push_back(p);
+      continue;
+    }
+    if (!(items_[m] == items_[m - p])) continue;
+    if (m == 3 * p - 1 && !found) found = DetectedIteration{seg_seq_[0], item_seq_[p - 1] + 1, "auto", p};
+    if (m < 3 * p - 1) alive.push_back(p);
+  }
+  fwd_candidates_ = std::move(alive);
+  return found;
+}
+
+std::optional<DetectedIteration> IterationDetector::on_explicit_boundary(uint64_t next_seq) {
+  if (!explicit_mode_) {
+    explicit_mode_ = true;
+    fwd_candidates_.clear();
+  }
+  const size_t convs = items_.size() - explicit_start_items_;
+  const uint64_t start = explicit_start_seq_;
+  explicit_start_seq_ = next_seq;
+  explicit_start_items_ = items_.size();
+  if (convs == 0) return std::nullopt;  // a preamble without convolutions
+  return DetectedIteration{start, next_seq, "explicit", convs};
+}
+
+std::optional<DetectedIteration> IterationDetector::on_end() {
+  if (explicit_mode_ || items_.empty()) return std::nullopt;
+  // The trailing segment is complete: close it as if the next iteration had started.
+  seg_item_.push_back(items_.size());
+  seg_seq_.push_back(item_seq_.back() + 1);
+  auto found = check_segments(seg_item_.size() - 1);
+  seg_item_.pop_back();
+  seg_seq_.pop_back();
+  return found;
+}
+
+}  // namespace vcudnn

@@ -1,0 +1,121 @@
+// The options table and its parser: enums are case-insensitive, surrounding blanks ignored, an
+// empty value means unset. Any bad value is an error that forces pass-through.
+#include "runtime/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace vcudnn {
+namespace {
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::vector<std::string> split_accepted(const char* accepted) {
+  std::vector<std::string> out;
+  std::string_view s(accepted);
+  while (!s.empty()) {
+    size_t bar = s.find('|');
+    out.emplace_back(s.substr(0, bar));
+    s = bar == std::string_view::npos ? std::string_view{} : s.substr(bar + 1);
+  }
+  return out;
+}
+
+int enum_index(const OptionSpec& spec, const std::string& value) {
+  auto accepted = split_accepted(spec.accepted);
+  auto it = std::find(accepted.begin(), accepted.end(), value);
+  return it == accepted.end() ? -1 : static_cast<int>(it - accepted.begin());
+}
+
+std::string accepted_list(const OptionSpec& spec) {
+  std::string s;
+  for (const auto& a : split_accepted(spec.accepted)) s += (s.empty() ? "" : ", ") + a;
+  return s;
+}
+
+}  // namespace
+
+const std::array<OptionSpec, kOptionCount>& option_specs() {
+  static const std::array<OptionSpec, kOptionCount> kSpecs = {{
+#define VCUDNN_OPTION(id, env, type, def, accepted, doc) {id, env, OptionType::type, def, accepted, doc},
+#include "runtime/options.def"
+#undef VCUDNN_OPTION
+  }};
+  return kSpecs;
+}
+
+Options parse_options(const std::function<const char*(const char*)>& lookup, const std::vector<std::string>& names) {
+  Options o;
+  for (const auto& spec : option_specs()) {
+    o.value[spec.id] = spec.default_value;
+    const char* raw = lookup(spec.env);
+    std::string v = raw ? trim(raw) : "";
+    if (v.empty()) continue;
+    if (spec.type == OptionType::kEnum) v = lower(v);
+    if (spec.type == OptionType::kEnum && enum_index(spec, v) < 0) {
+      o.errors.push_back(std::string(spec.env) + "=\"" + raw + "\" is not valid; accepted values: " +
+                         accepted_list(spec) + ". vcudnn continues in pass-through.");
+      continue;
+    }
+    o.value[spec.id] = v;
+    o.source[spec.id] = OptionSource::kEnvironment;
+  }
+  o.policy = static_cast<Policy>(enum_index(option_specs()[kPolicy], o.value[kPolicy]));
+  o.log_level = static_cast<LogLevel>(enum_index(option_specs()[kLogLevel], o.value[kLogLevel]));
+  if (!o.errors.empty()) {
+    o.policy = Policy::kPassthrough;
+    o.value[kPolicy] = "passthrough";
+    o.source[kPolicy] = OptionSource::kFallback;
+  }
+  for (const auto& name : names) {
+    bool known = std::any_of(option_specs().begin(), option_specs().end(),
+                             [&](const OptionSpec& s) { return name == s.env; });
+    if (!known) {
+      std::string all;
+      for (const auto& s : option_specs()) all += (all.empty() ? "" : ", ") + std::string(s.env);
+      o.warnings.push_back("unknown variable " + name + " is ignored; known: " + all);
+    }
+  }
+  return o;
+}
+
+const Options& options() {
+  static const Options kOptions = [] {
+    std::vector<std::string> names;
+    for (char** e = environ; e && *e; ++e) {
+      std::string_view kv(*e);
+      if (kv.rfind("VCUDNN_", 0) == 0) names.emplace_back(kv.substr(0, kv.find('=')));
+    }
+    return parse_options([](const char* n) { return ::getenv(n); }, names);
+  }();
+  return kOptions;
+}
+
+std::string expand_path(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
+      out += std::to_string(::getpid());
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace vcudnn

@@ -1,0 +1,147 @@
+// Resolution of the real cuDNN and CUDA runtime.
+//
+// Note [Resolving the real libraries]
+// PyTorch loads libcudnn.so.9 as a dependency of a library opened RTLD_LOCAL, so dlsym(RTLD_NEXT)
+// finds nothing there. Order, per library, decided once for all its symbols:
+//   1. dlsym(RTLD_NEXT, probe): the next object after libvcudnn in the global scope (a program
+//      linked against cuDNN, or the library after us in link order);
+//   2. dlopen(soname, RTLD_NOLOAD): a copy the process already loaded, whatever its path;
+//   3. dlopen(VCUDNN_CUDNN_LIBRARY or the soname): load one ourselves.
+// Resolution happens at the first hook, never at load time: loading our own cuDNN before the
+// framework loads its copy would hand the framework the wrong one. A result inside libvcudnn
+// itself (VCUDNN_CUDNN_LIBRARY pointing at us) is refused.
+#include "runtime/real_api.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+#include "runtime/options.h"
+
+namespace vcudnn {
+namespace {
+
+struct LibrarySpec {
+  const char* what;
+  std::vector<const char*> sonames;
+  const char* probe;
+  std::string override_path;
+};
+
+struct Source {
+  void* handle = nullptr;  // RTLD_NEXT or a dlopen handle
+  LibraryInfo info;
+};
+
+void* self_base() {
+  Dl_info self{};
+  dladdr(reinterpret_cast<void*>(&self_base), &self);
+  return self.dli_fbase;
+}
+
+std::string file_of(void* sym) {
+  Dl_info di{};
+  if (sym && dladdr(sym, &di) && di.dli_fname) return di.dli_fname;
+  return "?";
+}
+
+bool in_self(void* sym) {
+  Dl_info di{};
+  return sym && dladdr(sym, &di) && di.dli_fbase == self_base();
+}
+
+Source find_source(const LibrarySpec& spec) {
+  Source s;
+  if (void* p = dlsym(RTLD_NEXT, spec.probe); p && !in_self(p)) {
+    s.handle = RTLD_NEXT;
+    s.info = {true, file_of(p), "RTLD_NEXT", "", 0, ""};
+    return s;
+  }
+  for (const char* soname : spec.sonames) {
+    if (void* h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD)) {
+      void* p = dlsym(h, spec.probe);
+      if (p && !in_self(p)) {
+        s.handle = h;
+        s.info = {true, file_of(p), std::string("already loaded as ") + soname, "", 0, ""};
+        return s;
+      }
+      dlclose(h);
+    }
+  }
+  const std::string path = spec.override_path.empty() ? spec.sonames.front() : spec.override_path;
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* err = dlerror();
+    s.info.error = std::string(spec.what) + ": dlopen(" + path + ") failed: " + (err ? err : "?");
+    return s;
+  }
+  void* p = dlsym(h, spec.probe);
+  if (!p || in_self(p)) {
+    s.info.error = std::string(spec.what) + ": " + path + (p ? " is vcudnn itself" : " does not export " + std::string(spec.probe));
+    dlclose(h);
+    return s;
+  }
+  s.handle = h;
+  s.info = {true, file_of(p), "dlopen(" + path + ")", "", 0, ""};
+  return s;
+}
+
+template <typename Fn>
+void bind(const Source& s, LibraryInfo& info, Fn& slot, const char* name) {
+  void* p = s.handle ? dlsym(s.handle, name) : nullptr;
+  if (p && in_self(p)) p = nullptr;
+  slot = reinterpret_cast<Fn>(p);
+  if (!p && s.handle) {
+    ++info.missing;
+    info.missing_names += (info.missing_names.empty() ? "" : ", ") + std::string(name);
+  }
+}
+
+struct CudnnState {
+  RealCudnn fns;
+  LibraryInfo info;
+};
+
+struct CudartState {
+  RealCudart fns;
+  LibraryInfo info;
+};
+
+CudnnState& cudnn_state() {
+  static CudnnState st;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Source s = find_source({"cuDNN", {"libcudnn.so.9"}, "cudnnGetVersion", options().get(kCudnnLibrary)});
+    st.info = s.info;
+#define VCUDNN_CUDNN_HOOK(short_name, fn) bind(s, st.info, st.fns.fn, #fn);
+#define VCUDNN_CUDNN_USED(fn) bind(s, st.info, st.fns.fn, #fn);
+#include "runtime/cudnn_api.def"
+#undef VCUDNN_CUDNN_HOOK
+#undef VCUDNN_CUDNN_USED
+  });
+  return st;
+}
+
+CudartState& cudart_state() {
+  static CudartState st;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Source s = find_source(
+        {"CUDA runtime", {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, "cudaRuntimeGetVersion", ""});
+    st.info = s.info;
+#define VCUDNN_CUDART_USED(fn) bind(s, st.info, st.fns.fn, #fn);
+#include "runtime/cudart_api.def"
+#undef VCUDNN_CUDART_USED
+  });
+  return st;
+}
+
+}  // namespace
+
+const RealCudnn& real() { return cudnn_state().fns; }
+const RealCudart& real_cudart() { return cudart_state().fns; }
+const LibraryInfo& cudnn_library() { return cudnn_state().info; }
+const LibraryInfo& cudart_library() { return cudart_state().info; }
+
+}  // namespace vcudnn

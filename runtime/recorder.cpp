@@ -1,0 +1,356 @@
+// The recorder. Hot-path rules: no host synchronization, no CUDA call while the caller's stream
+// is capturing a graph (its events would become graph nodes), our own CUDA calls in relaxed
+// capture mode (RelaxedCapture), and a single mutex held only for bookkeeping.
+#include "runtime/recorder.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+
+#include "runtime/decode_conv.h"
+#include "runtime/hook_scope.h"
+#include "runtime/log.h"
+#include "runtime/options.h"
+#include "runtime/real_api.h"
+
+namespace vcudnn {
+namespace {
+
+uint64_t os_thread_id() {
+  static thread_local uint64_t tid = static_cast<uint64_t>(::syscall(SYS_gettid));
+  return tid;
+}
+
+uint32_t intern(std::unordered_map<uint64_t, uint32_t>& index, std::vector<uint64_t>& table, uint64_t key) {
+  auto [it, inserted] = index.try_emplace(key, static_cast<uint32_t>(table.size()));
+  if (inserted) table.push_back(key);
+  return it->second;
+}
+
+uint64_t as_u64(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+std::string program_name() {
+  std::ifstream in("/proc/self/cmdline");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (char& c : all)
+    if (c == '\0') c = ' ';
+  while (!all.empty() && all.back() == ' ') all.pop_back();
+  return all.size() > 512 ? all.substr(0, 512) : all;
+}
+
+std::optional<ConvLayer> decode(const ConvDescs& d) {
+  auto layer = decode_conv_layer(d.x, d.w, d.conv, d.y);
+  if (layer) return layer.value();
+  VCUDNN_LOG_DEBUG("convolution descriptors not decoded ({}); the call is recorded without a layer",
+                   layer.error().message);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Recorder::Recorder(RecorderConfig config) : config_(std::move(config)), start_ns_(monotonic_ns()) {}
+
+uint64_t Recorder::now_ns() const { return monotonic_ns() - start_ns_; }
+
+Recorder::ConvProbe Recorder::before_convolution(const ConvCall& call) {
+  ConvProbe p;
+  if (!active()) return p;
+  p.on = true;
+  p.host_ns = now_ns();
+  p.layer = decode(call.desc);
+  const RealCudart& rt = real_cudart();
+  if (real().cudnnGetStream && real().cudnnGetStream(call.handle, &p.stream) != CUDNN_STATUS_SUCCESS) return p;
+  if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return p;
+  RelaxedCapture relaxed;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (rt.cudaStreamIsCapturing(p.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    p.captured = true;  // never add work to a graph being captured
+    return p;
+  }
+  if (rt.cudaGetDevice(&p.device) != cudaSuccess) return p;
+  p.start = events_.acquire(p.device);
+  p.end = events_.acquire(p.device);
+  if (!p.start || !p.end || rt.cudaEventRecord(p.start, p.stream) != cudaSuccess) {
+    events_.release(p.device, p.start);
+    events_.release(p.device, p.end);
+    p.start = p.end = nullptr;
+  }
+  return p;
+}
+
+void Recorder::after_convolution(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
+  if (!p.on) return;
+  if (p.end && (status != CUDNN_STATUS_SUCCESS || real_cudart().cudaEventRecord(p.end, p.stream) != cudaSuccess)) {
+    events_.release(p.device, p.start);
+    events_.release(p.device, p.end);
+    p.start = p.end = nullptr;
+  }
+  Recorded rec;
+  TraceCall& c = rec.call;
+  c.host_us = p.host_ns / 1e3;
+  c.kind = CallKind::kConvolution;
+  c.conv = call.kind;
+  c.status = status;
+  c.algo = call.algo;
+  c.workspace_bytes = call.workspace_bytes;
+  c.ptrs = {as_u64(call.x), as_u64(call.w), as_u64(call.y), as_u64(call.workspace)};
+  const int32_t dtype = p.layer ? p.layer->x.dtype : CUDNN_DATA_FLOAT;
+  c.alpha = read_scaling(call.alpha, dtype);
+  c.beta = read_scaling(call.beta, dtype);
+  c.user_layer = call.user_layer;
+  c.captured = p.captured;
+  rec.start = p.start;
+  rec.end = p.end;
+  rec.device = p.device;
+  append(std::move(rec), call.handle, p.stream, p.layer, /*exec=*/true);
+}
+
+void Recorder::record_query(const AlgoQuery& q, cudnnStatus_t status, uint64_t host_ns) {
+  if (!active()) return;
+  Recorded rec;
+  TraceCall& c = rec.call;
+  c.host_us = (host_ns - start_ns_) / 1e3;
+  c.kind = q.variant == QueryVariant::kGetV7 ? CallKind::kGetAlgorithmV7
+           : q.variant == QueryVariant::kFind ? CallKind::kFindAlgorithm
+                                              : CallKind::kFindAlgorithmEx;
+  c.conv = q.kind;
+  c.status = status;
+  c.requested = q.requested;
+  c.returned = (status == CUDNN_STATUS_SUCCESS && q.returned) ? *q.returned : 0;
+  c.perf = read_perf(q, c.returned);
+  c.user_layer = q.user_layer;
+  if (q.variant == QueryVariant::kFindEx) {
+    c.ptrs = {as_u64(q.x), as_u64(q.w), as_u64(q.y), as_u64(q.workspace)};
+    c.workspace_bytes = q.workspace_bytes;
+  }
+  cudaStream_t stream = nullptr;
+  if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
+  append(std::move(rec), q.handle, stream, decode(q.desc), false);
+}
+
+void Recorder::record_workspace(const WorkspaceQuery& q, cudnnStatus_t status, uint64_t host_ns) {
+  if (!active()) return;
+  Recorded rec;
+  TraceCall& c = rec.call;
+  c.host_us = (host_ns - start_ns_) / 1e3;
+  c.kind = CallKind::kGetWorkspaceSize;
+  c.conv = q.kind;
+  c.status = status;
+  c.algo = q.algo;
+  c.workspace_bytes = (status == CUDNN_STATUS_SUCCESS && q.size) ? *q.size : 0;
+  c.user_layer = q.user_layer;
+  cudaStream_t stream = nullptr;
+  if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
+  append(std::move(rec), q.handle, stream, decode(q.desc), false);
+}
+
+void Recorder::record_max_count(const MaxCountQuery& q, cudnnStatus_t status, uint64_t host_ns) {
+  if (!active()) return;
+  Recorded rec;
+  TraceCall& c = rec.call;
+  c.host_us = (host_ns - start_ns_) / 1e3;
+  c.kind = CallKind::kGetAlgorithmMaxCount;
+  c.conv = q.kind;
+  c.status = status;
+  c.returned = (status == CUDNN_STATUS_SUCCESS && q.count) ? *q.count : 0;
+  cudaStream_t stream = nullptr;
+  if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
+  append(std::move(rec), q.handle, stream, std::nullopt, false);
+}
+
+void Recorder::record_handle_call(CallKind kind, cudnnHandle_t handle, cudaStream_t stream, cudnnStatus_t status,
+                                  uint64_t host_ns) {
+  if (!active()) return;
+  Recorded rec;
+  rec.call.host_us = (host_ns - start_ns_) / 1e3;
+  rec.call.kind = kind;
+  rec.call.status = status;
+  append(std::move(rec), handle, stream, std::nullopt, false);
+}
+
+int32_t Recorder::intern_layer(const ConvLayer& layer) {
+  auto [it, inserted] = layer_index_.try_emplace(layer, static_cast<int32_t>(layers_.size()));
+  if (inserted) layers_.push_back(layer);
+  return it->second;
+}
+
+void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
+                      const std::optional<ConvLayer>& layer, bool exec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_.load(std::memory_order_relaxed) != kRecording) {  // stopped while we were in the call
+    events_.release(rec.device, rec.start);
+    events_.release(rec.device, rec.end);
+    return;
+  }
+  TraceCall& c = rec.call;
+  c.seq = next_seq_++;
+  c.thread = intern(thread_index_, threads_, os_thread_id());
+  c.handle = intern(handle_index_, handles_, as_u64(handle));
+  c.stream = intern(stream_index_, streams_, as_u64(stream));
+  if (layer) c.layer = intern_layer(*layer);
+  const ExecItem item{c.conv, c.layer};
+  const uint64_t seq = c.seq;
+  if (rec.end) pending_.push_back(calls_.size());
+  calls_.push_back(std::move(rec));
+  resolve(/*final=*/false);  // keeps the number of events in flight bounded
+  if (auto found = detector_.on_call(seq, exec ? &item : nullptr)) {
+    on_detected(*found);
+  } else if (calls_.size() >= config_.max_calls) {
+    stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");
+  }
+}
+
+void Recorder::explicit_boundary() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_.load(std::memory_order_relaxed) != kRecording) return;
+  if (auto found = detector_.on_explicit_boundary(next_seq_)) on_detected(*found);
+}
+
+void Recorder::on_detected(const DetectedIteration& it) {
+  detected_ = it;
+  active_.store(false, std::memory_order_relaxed);
+  phase_.store(kResolving, std::memory_order_relaxed);
+  VCUDNN_LOG_INFO("iteration found ({}): calls {}..{} ({} calls, {} convolutions); recording stopped", it.how,
+                  it.first_seq, it.end_seq, it.end_seq - it.first_seq, it.convolutions);
+  if (resolve(false)) complete(false);
+}
+
+void Recorder::stop_without_iteration(const std::string& why) {
+  active_.store(false, std::memory_order_relaxed);
+  phase_.store(kResolving, std::memory_order_relaxed);
+  VCUDNN_LOG_WARN("{}; recording stopped. Call vcudnnIterationBoundary() after each iteration to mark them.", why);
+  outcome_ = why;
+  if (resolve(false)) complete(false);
+}
+
+void Recorder::poll_slow() {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || phase_.load(std::memory_order_relaxed) != kResolving) return;
+  if (resolve(false)) complete(false);
+}
+
+bool Recorder::resolve(bool final) {
+  const RealCudart& rt = real_cudart();
+  const bool recording = phase_.load(std::memory_order_relaxed) == kRecording;
+  auto wanted = [&](const TraceCall& c) {
+    if (recording) return true;
+    if (!detected_) return true;  // an incomplete trace keeps everything
+    return c.seq >= detected_->first_seq && c.seq < detected_->end_seq;
+  };
+  std::optional<RelaxedCapture> relaxed;
+  while (!pending_.empty()) {
+    Recorded& r = calls_[pending_.front()];
+    if (wanted(r.call)) {
+      if (!relaxed) relaxed.emplace();
+      cudaError_t q = rt.cudaEventQuery ? rt.cudaEventQuery(r.end) : cudaErrorNotReady;
+      if (q == cudaErrorNotReady && !final) return false;
+      float ms = 0;
+      if (q == cudaSuccess && rt.cudaEventElapsedTime(&ms, r.start, r.end) == cudaSuccess) r.call.gpu_ms = ms;
+    }
+    events_.release(r.device, r.start);
+    events_.release(r.device, r.end);
+    r.start = r.end = nullptr;
+    pending_.pop_front();
+  }
+  return true;
+}
+
+void Recorder::complete(bool final) {
+  phase_.store(kDone, std::memory_order_relaxed);
+  Trace trace = build_trace();
+  size_t timed = 0, convs = 0;
+  for (const auto& c : trace.calls) {
+    if (c.kind != CallKind::kConvolution) continue;
+    ++convs;
+    if (c.gpu_ms) ++timed;
+  }
+  std::string what = trace.complete ? "iteration of " + std::to_string(trace.calls.size()) + " calls (" +
+                                          std::to_string(convs) + " convolutions, " + trace.detected_by + ")"
+                                    : outcome_ + "; " + std::to_string(trace.calls.size()) + " calls recorded";
+  if (convs > timed) what += ", " + std::to_string(convs - timed) + " without GPU time";
+  const std::string& path_pattern = config_.trace_path;
+  if (!path_pattern.empty()) {
+    const std::string path = expand_path(path_pattern);
+    Status st = write_trace(trace, path);
+    if (st) {
+      what += "; trace written to " + path;
+      VCUDNN_LOG_INFO("trace: {}", what);
+    } else {
+      what += "; trace NOT written: " + st.error().message;
+      VCUDNN_LOG_ERROR("VCUDNN_TRACE: {}", st.error().message);
+    }
+  } else {
+    VCUDNN_LOG_DEBUG("trace: {} (VCUDNN_TRACE not set)", what);
+  }
+  outcome_ = what + (final ? " (at exit)" : "");
+  calls_.clear();
+  calls_.shrink_to_fit();
+}
+
+Trace Recorder::build_trace() const {
+  Trace t;
+  t.vcudnn_version = VCUDNN_VERSION;
+  t.cudnn_version = real().cudnnGetVersion ? static_cast<int64_t>(real().cudnnGetVersion()) : 0;
+  t.cudnn_library = cudnn_library().path;
+  t.pid = ::getpid();
+  t.program = program_name();
+  if (detected_) {
+    t.detected_by = detected_->how;
+    t.complete = true;
+    t.first_seq = detected_->first_seq;
+    t.end_seq = detected_->end_seq;
+  } else {
+    t.first_seq = 0;
+    t.end_seq = next_seq_;
+  }
+  std::unordered_map<uint64_t, uint32_t> th, ha, st;
+  std::unordered_map<int32_t, int32_t> la;
+  for (const auto& r : calls_) {
+    if (r.call.seq < t.first_seq || r.call.seq >= t.end_seq) continue;
+    TraceCall c = r.call;
+    c.thread = intern(th, t.threads, threads_[c.thread]);
+    c.handle = intern(ha, t.handles, handles_[c.handle]);
+    c.stream = intern(st, t.streams, streams_[c.stream]);
+    if (c.layer >= 0) {
+      auto [it, inserted] = la.try_emplace(c.layer, static_cast<int32_t>(t.layers.size()));
+      if (inserted) t.layers.push_back(layers_[c.layer]);
+      c.layer = it->second;
+    }
+    t.calls.push_back(std::move(c));
+  }
+  return t;
+}
+
+void Recorder::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_.load(std::memory_order_relaxed) == kRecording) {
+    if (calls_.empty()) {
+      outcome_ = "nothing recorded";
+      phase_.store(kDone, std::memory_order_relaxed);
+      return;
+    }
+    if (auto found = detector_.on_end()) {
+      detected_ = found;
+      VCUDNN_LOG_INFO("iteration found at exit ({}): calls {}..{}", found->how, found->first_seq, found->end_seq);
+    } else {
+      outcome_ = "no complete iteration found (" + std::to_string(detector_.convolutions_seen()) +
+                 " convolutions seen)";
+      VCUDNN_LOG_WARN("{}; the trace holds every recorded call and says complete=false", outcome_);
+    }
+    active_.store(false, std::memory_order_relaxed);
+    phase_.store(kResolving, std::memory_order_relaxed);
+  }
+  if (phase_.load(std::memory_order_relaxed) == kResolving) {
+    resolve(/*final=*/true);
+    complete(/*final=*/true);
+  }
+}
+
+std::string Recorder::outcome() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outcome_;
+}
+
+}  // namespace vcudnn

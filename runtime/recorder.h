@@ -1,0 +1,109 @@
+// Recorder: appends every intercepted call to a per-process record until the first complete
+// iteration is found (IterationDetector), then stops recording, resolves the GPU times of that
+// iteration from events without blocking, and writes it as a Trace (VCUDNN_TRACE). Convolutions
+// are timed with events on their own stream; nothing here synchronizes the host with the GPU.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "planner/trace.h"
+#include "runtime/conv_call.h"
+#include "runtime/event_pool.h"
+#include "runtime/iteration_detector.h"
+
+namespace vcudnn {
+
+struct RecorderConfig {
+  std::string trace_path;  // empty: detect and log, write nothing
+  size_t max_calls = 200000;
+};
+
+class Recorder {
+ public:
+  explicit Recorder(RecorderConfig config);
+
+  // Still recording (no iteration found yet, limit not reached).
+  bool active() const { return active_.load(std::memory_order_relaxed); }
+
+  // Around a convolution: before() reads the stream, decodes the layer and records the start
+  // event; after() records the end event and appends the call.
+  struct ConvProbe {
+    bool on = false;
+    uint64_t host_ns = 0;
+    cudaStream_t stream = nullptr;
+    int device = -1;
+    cudaEvent_t start = nullptr;
+    cudaEvent_t end = nullptr;
+    bool captured = false;
+    std::optional<ConvLayer> layer;
+  };
+  ConvProbe before_convolution(const ConvCall& call);
+  void after_convolution(ConvProbe& probe, const ConvCall& call, cudnnStatus_t status);
+
+  void record_query(const AlgoQuery& q, cudnnStatus_t status, uint64_t host_ns);
+  void record_workspace(const WorkspaceQuery& q, cudnnStatus_t status, uint64_t host_ns);
+  void record_max_count(const MaxCountQuery& q, cudnnStatus_t status, uint64_t host_ns);
+  // create / destroy / set_stream / get_stream
+  void record_handle_call(CallKind kind, cudnnHandle_t handle, cudaStream_t stream, cudnnStatus_t status,
+                          uint64_t host_ns);
+
+  void explicit_boundary();
+  // Cheap when there is nothing to do; resolves GPU times and writes the trace once ready.
+  void poll() {
+    if (phase_.load(std::memory_order_relaxed) == kResolving) poll_slow();
+  }
+  // Process exit: close the last segment, take what GPU times are ready, write the trace.
+  void finish();
+  // One phrase for the exit summary ("iteration of 184 calls ... written to X").
+  std::string outcome() const;
+
+ private:
+  enum Phase { kRecording, kResolving, kDone };
+  struct Recorded {
+    TraceCall call;  // thread/handle/stream/layer are indices into the tables below
+    cudaEvent_t start = nullptr;
+    cudaEvent_t end = nullptr;
+    int device = -1;
+  };
+
+  void append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream, const std::optional<ConvLayer>& layer,
+              bool exec);
+  int32_t intern_layer(const ConvLayer& layer);
+  void on_detected(const DetectedIteration& it);
+  void stop_without_iteration(const std::string& why);
+  void poll_slow();
+  // Resolves pending events in order; with `final`, unready ones become null. True when every
+  // call of the iteration has its time (or never will).
+  bool resolve(bool final);
+  void complete(bool final);
+  Trace build_trace() const;
+  uint64_t now_ns() const;
+
+  RecorderConfig config_;
+  std::atomic<bool> active_{true};
+  std::atomic<int> phase_{kRecording};
+  mutable std::mutex mu_;
+  uint64_t start_ns_ = 0;
+  uint64_t next_seq_ = 0;
+  std::vector<Recorded> calls_;
+  std::deque<size_t> pending_;  // indices of calls whose events are not resolved yet
+  std::vector<ConvLayer> layers_;
+  std::unordered_map<ConvLayer, int32_t> layer_index_;
+  std::unordered_map<uint64_t, uint32_t> thread_index_, handle_index_, stream_index_;
+  std::vector<uint64_t> threads_, handles_, streams_;
+  IterationDetector detector_;
+  std::optional<DetectedIteration> detected_;
+  std::string outcome_ = "recording";
+  EventPool events_;
+};
+
+}  // namespace vcudnn
