@@ -15,7 +15,7 @@ inline ConvCall forward_call(cudnnHandle_t h, const void* alpha, cudnnTensorDesc
                              cudnnFilterDescriptor_t wd, const void* w, cudnnConvolutionDescriptor_t cd,
                              cudnnConvolutionFwdAlgo_t algo, void* ws, size_t ws_size, const void* beta,
                              cudnnTensorDescriptor_t yd, void* y, uint64_t layer = 0) {
-  return {ConvKind::kForward, h, alpha, beta, {xd, wd, cd, yd}, const_cast<void*>(x), const_cast<void*>(w), y,
+  return {ConvKind::kForward,     h,  alpha,   beta, {xd, wd, cd, yd}, const_cast<void*>(x), const_cast<void*>(w), y,
           static_cast<int>(algo), ws, ws_size, layer};
 }
 
@@ -23,16 +23,18 @@ inline ConvCall backward_data_call(cudnnHandle_t h, const void* alpha, cudnnFilt
                                    cudnnTensorDescriptor_t dyd, const void* dy, cudnnConvolutionDescriptor_t cd,
                                    cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t ws_size, const void* beta,
                                    cudnnTensorDescriptor_t dxd, void* dx, uint64_t layer = 0) {
-  return {ConvKind::kBackwardData, h, alpha, beta, {dxd, wd, cd, dyd}, dx, const_cast<void*>(w),
-          const_cast<void*>(dy), static_cast<int>(algo), ws, ws_size, layer};
+  return {
+      ConvKind::kBackwardData, h,  alpha,   beta, {dxd, wd, cd, dyd}, dx, const_cast<void*>(w), const_cast<void*>(dy),
+      static_cast<int>(algo),  ws, ws_size, layer};
 }
 
 inline ConvCall backward_filter_call(cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd, const void* x,
                                      cudnnTensorDescriptor_t dyd, const void* dy, cudnnConvolutionDescriptor_t cd,
-                                     cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t ws_size,
-                                     const void* beta, cudnnFilterDescriptor_t dwd, void* dw, uint64_t layer = 0) {
-  return {ConvKind::kBackwardFilter, h, alpha, beta, {xd, dwd, cd, dyd}, const_cast<void*>(x), dw,
-          const_cast<void*>(dy), static_cast<int>(algo), ws, ws_size, layer};
+                                     cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t ws_size, const void* beta,
+                                     cudnnFilterDescriptor_t dwd, void* dw, uint64_t layer = 0) {
+  return {
+      ConvKind::kBackwardFilter, h,  alpha,   beta, {xd, dwd, cd, dyd}, const_cast<void*>(x), dw, const_cast<void*>(dy),
+      static_cast<int>(algo),    ws, ws_size, layer};
 }
 
 // Get_v7 and Find: descriptors in layer terms (x, w, conv, y).
@@ -50,9 +52,8 @@ inline AlgoQuery algo_query(ConvKind kind, QueryVariant variant, cudnnHandle_t h
   return q;
 }
 
-inline AlgoQuery find_ex_query(ConvKind kind, cudnnHandle_t h, ConvDescs d, const void* x, const void* w,
-                               const void* y, int requested, int* returned, void* perf, void* ws, size_t ws_size,
-                               uint64_t layer = 0) {
+inline AlgoQuery find_ex_query(ConvKind kind, cudnnHandle_t h, ConvDescs d, const void* x, const void* w, const void* y,
+                               int requested, int* returned, void* perf, void* ws, size_t ws_size, uint64_t layer = 0) {
   AlgoQuery q = algo_query(kind, QueryVariant::kFindEx, h, d, requested, returned, perf, layer);
   q.x = const_cast<void*>(x);
   q.w = const_cast<void*>(w);

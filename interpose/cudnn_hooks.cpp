@@ -19,6 +19,8 @@ cudnnStatus_t forward_nested(Real fn, const char* name, Args... args) {
 
 }  // namespace
 
+// The hooks keep cudnn.h's declarations, which carry no visibility: export them explicitly.
+#pragma GCC visibility push(default)
 extern "C" {
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
@@ -88,8 +90,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const
                                                           const cudnnTensorDescriptor_t dxDesc, const int requested,
                                                           int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
   return run(HookId::get_algo_v7_bwd_data, false,
-             algo_query(ConvKind::kBackwardData, QueryVariant::kGetV7, h, {dxDesc, wDesc, convDesc, dyDesc},
-                        requested, returned, perf));
+             algo_query(ConvKind::kBackwardData, QueryVariant::kGetV7, h, {dxDesc, wDesc, convDesc, dyDesc}, requested,
+                        returned, perf));
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
@@ -118,8 +120,8 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, const c
                                                         const cudnnTensorDescriptor_t dxDesc, const int requested,
                                                         int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
   return run(HookId::find_algo_bwd_data, false,
-             algo_query(ConvKind::kBackwardData, QueryVariant::kFind, h, {dxDesc, wDesc, convDesc, dyDesc},
-                        requested, returned, perf));
+             algo_query(ConvKind::kBackwardData, QueryVariant::kFind, h, {dxDesc, wDesc, convDesc, dyDesc}, requested,
+                        returned, perf));
 }
 
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
@@ -128,8 +130,8 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, const
                                                           const cudnnFilterDescriptor_t dwDesc, const int requested,
                                                           int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
   return run(HookId::find_algo_bwd_filter, false,
-             algo_query(ConvKind::kBackwardFilter, QueryVariant::kFind, h, {xDesc, dwDesc, convDesc, dyDesc},
-                        requested, returned, perf));
+             algo_query(ConvKind::kBackwardFilter, QueryVariant::kFind, h, {xDesc, dwDesc, convDesc, dyDesc}, requested,
+                        returned, perf));
 }
 
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
@@ -143,25 +145,19 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudn
                            ws, wsSize));
 }
 
-cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
-                                                          const void* w, const cudnnTensorDescriptor_t dyDesc,
-                                                          const void* dy, const cudnnConvolutionDescriptor_t convDesc,
-                                                          const cudnnTensorDescriptor_t dxDesc, void* dx,
-                                                          const int requested, int* returned,
-                                                          cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws,
-                                                          size_t wsSize) {
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t wDesc, const void* w, const cudnnTensorDescriptor_t dyDesc,
+    const void* dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, void* dx,
+    const int requested, int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws, size_t wsSize) {
   return run(HookId::find_algo_ex_bwd_data, false,
              find_ex_query(ConvKind::kBackwardData, h, {dxDesc, wDesc, convDesc, dyDesc}, dx, w, dy, requested,
                            returned, perf, ws, wsSize));
 }
 
-cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                            const void* x, const cudnnTensorDescriptor_t dyDesc,
-                                                            const void* dy, const cudnnConvolutionDescriptor_t convDesc,
-                                                            const cudnnFilterDescriptor_t dwDesc, void* dw,
-                                                            const int requested, int* returned,
-                                                            cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws,
-                                                            size_t wsSize) {
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t dyDesc,
+    const void* dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void* dw,
+    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t wsSize) {
   return run(HookId::find_algo_ex_bwd_filter, false,
              find_ex_query(ConvKind::kBackwardFilter, h, {xDesc, dwDesc, convDesc, dyDesc}, x, dw, dy, requested,
                            returned, perf, ws, wsSize));
@@ -181,9 +177,9 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, cons
                                                            const cudnnConvolutionDescriptor_t convDesc,
                                                            const cudnnTensorDescriptor_t dxDesc,
                                                            cudnnConvolutionBwdDataAlgo_t algo, size_t* size) {
-  return run(HookId::ws_size_bwd_data, false,
-             WorkspaceQuery{ConvKind::kBackwardData, h, {dxDesc, wDesc, convDesc, dyDesc}, static_cast<int>(algo),
-                            size, 0});
+  return run(
+      HookId::ws_size_bwd_data, false,
+      WorkspaceQuery{ConvKind::kBackwardData, h, {dxDesc, wDesc, convDesc, dyDesc}, static_cast<int>(algo), size, 0});
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
@@ -192,8 +188,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, co
                                                              const cudnnFilterDescriptor_t gradDesc,
                                                              cudnnConvolutionBwdFilterAlgo_t algo, size_t* size) {
   return run(HookId::ws_size_bwd_filter, false,
-             WorkspaceQuery{ConvKind::kBackwardFilter, h, {xDesc, gradDesc, convDesc, dyDesc}, static_cast<int>(algo),
-                            size, 0});
+             WorkspaceQuery{
+                 ConvKind::kBackwardFilter, h, {xDesc, gradDesc, convDesc, dyDesc}, static_cast<int>(algo), size, 0});
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t h, int* count) {
@@ -209,3 +205,4 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t h
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

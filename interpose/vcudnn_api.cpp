@@ -73,21 +73,20 @@ cudnnStatus_t vcudnnConvolutionBackwardData(vcudnnHandle_t h, const void* alpha,
                                             cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t wsSize,
                                             const void* beta, const cudnnTensorDescriptor_t dxDesc, void* dx,
                                             vcudnnLayerId_t layer) {
-  return run(HookId::conv_bwd_data, true,
-             backward_data_call(unwrap(h), alpha, wDesc, w, dyDesc, dy, convDesc, algo, ws, wsSize, beta, dxDesc, dx,
-                                layer));
+  return run(
+      HookId::conv_bwd_data, true,
+      backward_data_call(unwrap(h), alpha, wDesc, w, dyDesc, dy, convDesc, algo, ws, wsSize, beta, dxDesc, dx, layer));
 }
 
-cudnnStatus_t vcudnnConvolutionBackwardFilter(vcudnnHandle_t h, const void* alpha,
-                                              const cudnnTensorDescriptor_t xDesc, const void* x,
-                                              const cudnnTensorDescriptor_t dyDesc, const void* dy,
+cudnnStatus_t vcudnnConvolutionBackwardFilter(vcudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xDesc,
+                                              const void* x, const cudnnTensorDescriptor_t dyDesc, const void* dy,
                                               const cudnnConvolutionDescriptor_t convDesc,
                                               cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t wsSize,
                                               const void* beta, const cudnnFilterDescriptor_t dwDesc, void* dw,
                                               vcudnnLayerId_t layer) {
   return run(HookId::conv_bwd_filter, true,
-             backward_filter_call(unwrap(h), alpha, xDesc, x, dyDesc, dy, convDesc, algo, ws, wsSize, beta, dwDesc,
-                                  dw, layer));
+             backward_filter_call(unwrap(h), alpha, xDesc, x, dyDesc, dy, convDesc, algo, ws, wsSize, beta, dwDesc, dw,
+                                  layer));
 }
 
 cudnnStatus_t vcudnnGetConvolutionForwardAlgorithm_v7(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
@@ -97,8 +96,8 @@ cudnnStatus_t vcudnnGetConvolutionForwardAlgorithm_v7(vcudnnHandle_t h, const cu
                                                       int* returned, cudnnConvolutionFwdAlgoPerf_t* perf,
                                                       vcudnnLayerId_t layer) {
   return run(HookId::get_algo_v7_fwd, true,
-             algo_query(ConvKind::kForward, QueryVariant::kGetV7, unwrap(h), {xDesc, wDesc, convDesc, yDesc},
-                        requested, returned, perf, layer));
+             algo_query(ConvKind::kForward, QueryVariant::kGetV7, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, requested,
+                        returned, perf, layer));
 }
 
 cudnnStatus_t vcudnnGetConvolutionBackwardDataAlgorithm_v7(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
@@ -115,9 +114,8 @@ cudnnStatus_t vcudnnGetConvolutionBackwardDataAlgorithm_v7(vcudnnHandle_t h, con
 cudnnStatus_t vcudnnGetConvolutionBackwardFilterAlgorithm_v7(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
                                                              const cudnnTensorDescriptor_t dyDesc,
                                                              const cudnnConvolutionDescriptor_t convDesc,
-                                                             const cudnnFilterDescriptor_t dwDesc,
-                                                             const int requested, int* returned,
-                                                             cudnnConvolutionBwdFilterAlgoPerf_t* perf,
+                                                             const cudnnFilterDescriptor_t dwDesc, const int requested,
+                                                             int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf,
                                                              vcudnnLayerId_t layer) {
   return run(HookId::get_algo_v7_bwd_filter, true,
              algo_query(ConvKind::kBackwardFilter, QueryVariant::kGetV7, unwrap(h), {xDesc, dwDesc, convDesc, dyDesc},
@@ -131,8 +129,8 @@ cudnnStatus_t vcudnnFindConvolutionForwardAlgorithm(vcudnnHandle_t h, const cudn
                                                     int* returned, cudnnConvolutionFwdAlgoPerf_t* perf,
                                                     vcudnnLayerId_t layer) {
   return run(HookId::find_algo_fwd, true,
-             algo_query(ConvKind::kForward, QueryVariant::kFind, unwrap(h), {xDesc, wDesc, convDesc, yDesc},
-                        requested, returned, perf, layer));
+             algo_query(ConvKind::kForward, QueryVariant::kFind, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, requested,
+                        returned, perf, layer));
 }
 
 cudnnStatus_t vcudnnFindConvolutionBackwardDataAlgorithm(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
@@ -158,15 +156,14 @@ cudnnStatus_t vcudnnFindConvolutionBackwardFilterAlgorithm(vcudnnHandle_t h, con
 }
 
 cudnnStatus_t vcudnnFindConvolutionForwardAlgorithmEx(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                      const void* x, const cudnnFilterDescriptor_t wDesc,
-                                                      const void* w, const cudnnConvolutionDescriptor_t convDesc,
-                                                      const cudnnTensorDescriptor_t yDesc, void* y,
-                                                      const int requested, int* returned,
-                                                      cudnnConvolutionFwdAlgoPerf_t* perf, void* ws, size_t wsSize,
-                                                      vcudnnLayerId_t layer) {
+                                                      const void* x, const cudnnFilterDescriptor_t wDesc, const void* w,
+                                                      const cudnnConvolutionDescriptor_t convDesc,
+                                                      const cudnnTensorDescriptor_t yDesc, void* y, const int requested,
+                                                      int* returned, cudnnConvolutionFwdAlgoPerf_t* perf, void* ws,
+                                                      size_t wsSize, vcudnnLayerId_t layer) {
   return run(HookId::find_algo_ex_fwd, true,
-             find_ex_query(ConvKind::kForward, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, x, w, y, requested,
-                           returned, perf, ws, wsSize, layer));
+             find_ex_query(ConvKind::kForward, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, x, w, y, requested, returned,
+                           perf, ws, wsSize, layer));
 }
 
 cudnnStatus_t vcudnnFindConvolutionBackwardDataAlgorithmEx(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
@@ -177,18 +174,15 @@ cudnnStatus_t vcudnnFindConvolutionBackwardDataAlgorithmEx(vcudnnHandle_t h, con
                                                            cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws,
                                                            size_t wsSize, vcudnnLayerId_t layer) {
   return run(HookId::find_algo_ex_bwd_data, true,
-             find_ex_query(ConvKind::kBackwardData, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc}, dx, w, dy,
-                           requested, returned, perf, ws, wsSize, layer));
+             find_ex_query(ConvKind::kBackwardData, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc}, dx, w, dy, requested,
+                           returned, perf, ws, wsSize, layer));
 }
 
-cudnnStatus_t vcudnnFindConvolutionBackwardFilterAlgorithmEx(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                             const void* x, const cudnnTensorDescriptor_t dyDesc,
-                                                             const void* dy,
-                                                             const cudnnConvolutionDescriptor_t convDesc,
-                                                             const cudnnFilterDescriptor_t dwDesc, void* dw,
-                                                             const int requested, int* returned,
-                                                             cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws,
-                                                             size_t wsSize, vcudnnLayerId_t layer) {
+cudnnStatus_t vcudnnFindConvolutionBackwardFilterAlgorithmEx(
+    vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t dyDesc,
+    const void* dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void* dw,
+    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t wsSize,
+    vcudnnLayerId_t layer) {
   return run(HookId::find_algo_ex_bwd_filter, true,
              find_ex_query(ConvKind::kBackwardFilter, unwrap(h), {xDesc, dwDesc, convDesc, dyDesc}, x, dw, dy,
                            requested, returned, perf, ws, wsSize, layer));
@@ -201,8 +195,8 @@ cudnnStatus_t vcudnnGetConvolutionForwardWorkspaceSize(vcudnnHandle_t h, const c
                                                        cudnnConvolutionFwdAlgo_t algo, size_t* size,
                                                        vcudnnLayerId_t layer) {
   return run(HookId::ws_size_fwd, true,
-             WorkspaceQuery{ConvKind::kForward, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, static_cast<int>(algo),
-                            size, layer});
+             WorkspaceQuery{
+                 ConvKind::kForward, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, static_cast<int>(algo), size, layer});
 }
 
 cudnnStatus_t vcudnnGetConvolutionBackwardDataWorkspaceSize(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
@@ -211,9 +205,10 @@ cudnnStatus_t vcudnnGetConvolutionBackwardDataWorkspaceSize(vcudnnHandle_t h, co
                                                             const cudnnTensorDescriptor_t dxDesc,
                                                             cudnnConvolutionBwdDataAlgo_t algo, size_t* size,
                                                             vcudnnLayerId_t layer) {
-  return run(HookId::ws_size_bwd_data, true,
-             WorkspaceQuery{ConvKind::kBackwardData, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc},
-                            static_cast<int>(algo), size, layer});
+  return run(
+      HookId::ws_size_bwd_data, true,
+      WorkspaceQuery{
+          ConvKind::kBackwardData, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc}, static_cast<int>(algo), size, layer});
 }
 
 cudnnStatus_t vcudnnGetConvolutionBackwardFilterWorkspaceSize(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
@@ -223,8 +218,12 @@ cudnnStatus_t vcudnnGetConvolutionBackwardFilterWorkspaceSize(vcudnnHandle_t h, 
                                                               cudnnConvolutionBwdFilterAlgo_t algo, size_t* size,
                                                               vcudnnLayerId_t layer) {
   return run(HookId::ws_size_bwd_filter, true,
-             WorkspaceQuery{ConvKind::kBackwardFilter, unwrap(h), {xDesc, gradDesc, convDesc, dyDesc},
-                            static_cast<int>(algo), size, layer});
+             WorkspaceQuery{ConvKind::kBackwardFilter,
+                            unwrap(h),
+                            {xDesc, gradDesc, convDesc, dyDesc},
+                            static_cast<int>(algo),
+                            size,
+                            layer});
 }
 
 cudnnStatus_t vcudnnGetConvolutionForwardAlgorithmMaxCount(vcudnnHandle_t h, int* count) {

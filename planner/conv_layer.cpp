@@ -55,8 +55,11 @@ void from_vector(const nlohmann::json& j, Array& a, int32_t* n) {
 }
 
 void tensor_to_json(nlohmann::json& j, const TensorFingerprint& t) {
-  j = {{"dtype", t.dtype}, {"dims", to_vector(t.dims, t.nb_dims)}, {"strides", to_vector(t.strides, t.nb_dims)},
-       {"dtype_name", dtype_name(t.dtype)}, {"layout", t.layout()}};
+  j = {{"dtype", t.dtype},
+       {"dims", to_vector(t.dims, t.nb_dims)},
+       {"strides", to_vector(t.strides, t.nb_dims)},
+       {"dtype_name", dtype_name(t.dtype)},
+       {"layout", t.layout()}};
 }
 
 void tensor_from_json(const nlohmann::json& j, TensorFingerprint& t) {
@@ -71,9 +74,12 @@ void tensor_from_json(const nlohmann::json& j, TensorFingerprint& t) {
 
 std::string_view conv_kind_name(ConvKind kind) {
   switch (kind) {
-    case ConvKind::kForward: return "fwd";
-    case ConvKind::kBackwardData: return "bwd_data";
-    case ConvKind::kBackwardFilter: return "bwd_filter";
+    case ConvKind::kForward:
+      return "fwd";
+    case ConvKind::kBackwardData:
+      return "bwd_data";
+    case ConvKind::kBackwardFilter:
+      return "bwd_filter";
   }
   return "?";
 }
@@ -119,10 +125,11 @@ uint64_t ConvLayer::hash() const {
 }
 
 std::string dtype_name(int32_t dtype) {
-  static const char* const kNames[] = {"f32",  "f64",      "f16",      "i8",       "i32",      "i8x4",
-                                       "u8",   "u8x4",     "i8x32",    "bf16",     "i64",      "bool",
-                                       "fp8e4m3", "fp8e5m2", "fast_float_for_fp8", "fp8e8m0", "fp4e2m1",
-                                       "i4",   "u4",       "u32",      "c32",      "c64"};
+  static const char* const kNames[] = {"f32",     "f64",     "f16",     "i8",      "i32",
+                                       "i8x4",    "u8",      "u8x4",    "i8x32",   "bf16",
+                                       "i64",     "bool",    "fp8e4m3", "fp8e5m2", "fast_float_for_fp8",
+                                       "fp8e8m0", "fp4e2m1", "i4",      "u4",      "u32",
+                                       "c32",     "c64"};
   return name_or_number(kNames, std::size(kNames), dtype, "dtype");
 }
 
@@ -161,14 +168,24 @@ void to_json(nlohmann::json& j, const ConvLayer& layer) {
   tensor_to_json(y, layer.y);
   const auto& c = layer.conv;
   j = {{"x", x},
-       {"w", {{"dtype", layer.w.dtype}, {"format", layer.w.format}, {"dims", to_vector(layer.w.dims, layer.w.nb_dims)},
-              {"dtype_name", dtype_name(layer.w.dtype)}, {"format_name", format_name(layer.w.format)}}},
+       {"w",
+        {{"dtype", layer.w.dtype},
+         {"format", layer.w.format},
+         {"dims", to_vector(layer.w.dims, layer.w.nb_dims)},
+         {"dtype_name", dtype_name(layer.w.dtype)},
+         {"format_name", format_name(layer.w.format)}}},
        {"y", y},
-       {"conv", {{"pad", to_vector(c.pad, c.spatial_dims)}, {"stride", to_vector(c.stride, c.spatial_dims)},
-                 {"dilation", to_vector(c.dilation, c.spatial_dims)}, {"mode", c.mode},
-                 {"compute_type", c.compute_type}, {"groups", c.groups}, {"math_type", c.math_type},
-                 {"reorder_type", c.reorder_type}, {"mode_name", conv_mode_name(c.mode)},
-                 {"math_type_name", math_type_name(c.math_type)}}},
+       {"conv",
+        {{"pad", to_vector(c.pad, c.spatial_dims)},
+         {"stride", to_vector(c.stride, c.spatial_dims)},
+         {"dilation", to_vector(c.dilation, c.spatial_dims)},
+         {"mode", c.mode},
+         {"compute_type", c.compute_type},
+         {"groups", c.groups},
+         {"math_type", c.math_type},
+         {"reorder_type", c.reorder_type},
+         {"mode_name", conv_mode_name(c.mode)},
+         {"math_type_name", math_type_name(c.math_type)}}},
        {"hash", layer.hash()},
        {"text", layer.to_string()}};
 }

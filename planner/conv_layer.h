@@ -48,8 +48,8 @@ struct ConvFingerprint {
   int32_t mode = -1;          // cudnnConvolutionMode_t
   int32_t compute_type = -1;  // cudnnDataType_t
   int32_t groups = 1;
-  int32_t math_type = -1;     // cudnnMathType_t
-  int32_t reorder_type = 0;   // cudnnReorderType_t
+  int32_t math_type = -1;    // cudnnMathType_t
+  int32_t reorder_type = 0;  // cudnnReorderType_t
 
   bool operator==(const ConvFingerprint&) const = default;
 };

@@ -4,18 +4,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+#include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 namespace vcudnn {
 namespace {
 
 constexpr const char* kCallKindNames[kCallKindCount] = {
-    "create", "destroy", "set_stream", "get_stream", "convolution",
+    "create",           "destroy",        "set_stream",        "get_stream",         "convolution",
     "get_algorithm_v7", "find_algorithm", "find_algorithm_ex", "get_workspace_size", "get_algorithm_max_count"};
 
 std::string hex(uint64_t v) {
@@ -24,12 +26,13 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+// "0x" and 1 to 16 hex digits, nothing else (stoull alone would take a sign or blanks).
 uint64_t unhex(const nlohmann::json& j) {
   const auto& s = j.get_ref<const std::string&>();
-  size_t used = 0;
-  uint64_t v = std::stoull(s, &used, 16);
-  if (used != s.size()) throw nlohmann::json::other_error::create(501, "bad hex value " + s, &j);
-  return v;
+  const bool ok = s.size() > 2 && s.size() <= 18 && s[0] == '0' && s[1] == 'x' &&
+                  std::all_of(s.begin() + 2, s.end(), [](unsigned char ch) { return std::isxdigit(ch) != 0; });
+  if (!ok) throw nlohmann::json::other_error::create(501, "bad hex value \"" + s + "\"", &j);
+  return std::stoull(s.substr(2), nullptr, 16);
 }
 
 nlohmann::json hex_list(const std::vector<uint64_t>& v) {
@@ -52,18 +55,18 @@ ConvKind conv_kind_from_name(const nlohmann::json& j) {
 }
 
 nlohmann::json call_to_json(const TraceCall& c) {
-  nlohmann::json j = {{"seq", c.seq}, {"host_us", c.host_us}, {"thread", c.thread}, {"handle", c.handle},
-                      {"stream", c.stream}, {"kind", call_kind_name(c.kind)}, {"status", c.status}};
-  if (call_has_conv_kind(c.kind)) {
-    j["conv"] = conv_kind_name(c.conv);
-    j["layer"] = c.layer;
-  }
+  nlohmann::json j = {{"seq", c.seq},       {"host_us", c.host_us}, {"thread", c.thread},
+                      {"handle", c.handle}, {"stream", c.stream},   {"kind", call_kind_name(c.kind)},
+                      {"status", c.status}};
+  if (call_has_conv_kind(c.kind)) j["conv"] = conv_kind_name(c.conv);
+  if (call_has_layer(c.kind)) j["layer"] = c.layer;
   if (c.kind == CallKind::kConvolution || c.kind == CallKind::kGetWorkspaceSize) j["algo"] = c.algo;
-  if (c.kind == CallKind::kConvolution || c.kind == CallKind::kFindAlgorithmEx ||
-      c.kind == CallKind::kGetWorkspaceSize)
+  if (c.kind == CallKind::kConvolution || c.kind == CallKind::kFindAlgorithmEx || c.kind == CallKind::kGetWorkspaceSize)
     j["workspace_bytes"] = c.workspace_bytes;
   if (c.kind == CallKind::kConvolution || c.kind == CallKind::kFindAlgorithmEx) {
-    j["ptrs"] = {{"x", hex(c.ptrs[kPtrX])}, {"w", hex(c.ptrs[kPtrW])}, {"y", hex(c.ptrs[kPtrY])},
+    j["ptrs"] = {{"x", hex(c.ptrs[kPtrX])},
+                 {"w", hex(c.ptrs[kPtrW])},
+                 {"y", hex(c.ptrs[kPtrY])},
                  {"workspace", hex(c.ptrs[kPtrWorkspace])}};
   }
   if (c.kind == CallKind::kConvolution) {
@@ -77,8 +80,12 @@ nlohmann::json call_to_json(const TraceCall& c) {
     j["requested"] = c.requested;
     auto perf = nlohmann::json::array();
     for (const auto& p : c.perf)
-      perf.push_back({{"algo", p.algo}, {"status", p.status}, {"time_ms", p.time_ms}, {"memory", p.memory},
-                      {"determinism", p.determinism}, {"math_type", p.math_type}});
+      perf.push_back({{"algo", p.algo},
+                      {"status", p.status},
+                      {"time_ms", p.time_ms},
+                      {"memory", p.memory},
+                      {"determinism", p.determinism},
+                      {"math_type", p.math_type}});
     j["perf"] = std::move(perf);
   }
   if (c.kind == CallKind::kGetAlgorithmV7 || c.kind == CallKind::kFindAlgorithm ||
@@ -99,10 +106,8 @@ TraceCall call_from_json(const nlohmann::json& j) {
   if (!kind) throw nlohmann::json::other_error::create(501, "unknown call kind", &j);
   c.kind = *kind;
   c.status = j.at("status").get<int32_t>();
-  if (call_has_conv_kind(c.kind)) {
-    c.conv = conv_kind_from_name(j.at("conv"));
-    c.layer = j.at("layer").get<int32_t>();
-  }
+  if (call_has_conv_kind(c.kind)) c.conv = conv_kind_from_name(j.at("conv"));
+  if (call_has_layer(c.kind)) c.layer = j.at("layer").get<int32_t>();
   c.algo = j.value("algo", -1);
   c.workspace_bytes = j.value("workspace_bytes", uint64_t{0});
   if (j.contains("ptrs")) {
@@ -136,8 +141,10 @@ std::optional<CallKind> call_kind_from_name(std::string_view name) {
 }
 
 bool call_has_conv_kind(CallKind kind) {
-  return kind >= CallKind::kConvolution && kind <= CallKind::kGetWorkspaceSize;
+  return kind >= CallKind::kConvolution && kind <= CallKind::kGetAlgorithmMaxCount;
 }
+
+bool call_has_layer(CallKind kind) { return call_has_conv_kind(kind) && kind != CallKind::kGetAlgorithmMaxCount; }
 
 void to_json(nlohmann::json& j, const Trace& t) {
   auto calls = nlohmann::json::array();
@@ -148,8 +155,8 @@ void to_json(nlohmann::json& j, const Trace& t) {
        {"cudnn_library", t.cudnn_library},
        {"pid", t.pid},
        {"program", t.program},
-       {"iteration", {{"detected_by", t.detected_by}, {"complete", t.complete},
-                      {"first_seq", t.first_seq}, {"end_seq", t.end_seq}}},
+       {"iteration",
+        {{"detected_by", t.detected_by}, {"complete", t.complete}, {"first_seq", t.first_seq}, {"end_seq", t.end_seq}}},
        {"layers", t.layers},
        {"threads", t.threads},
        {"handles", hex_list(t.handles)},
@@ -180,7 +187,7 @@ void from_json(const nlohmann::json& j, Trace& t) {
   for (const auto& c : j.at("calls")) {
     TraceCall call = call_from_json(c);
     if (call.thread >= t.threads.size() || call.handle >= t.handles.size() || call.stream >= t.streams.size() ||
-        call.layer >= static_cast<int32_t>(t.layers.size()))
+        call.layer < -1 || call.layer >= static_cast<int32_t>(t.layers.size()))
       throw nlohmann::json::other_error::create(501, "call " + std::to_string(call.seq) + " refers past a table", &c);
     t.calls.push_back(std::move(call));
   }
@@ -206,11 +213,15 @@ Result<Trace> read_trace(const std::string& path) {
 
 Status write_trace(const Trace& trace, const std::string& path) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
+  try {
+    // Invalid UTF-8 (a program name, say) is replaced rather than thrown on.
+    const std::string text = nlohmann::json(trace).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return Error{"cannot write " + tmp};
-    out << nlohmann::json(trace).dump(1) << '\n';
+    out << text << '\n';
     if (!out.flush()) return Error{"write to " + tmp + " failed"};
+  } catch (const std::exception& e) {
+    return Error{std::string("cannot serialise the trace: ") + e.what()};
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -34,8 +34,10 @@ enum class CallKind : uint8_t {
 inline constexpr int kCallKindCount = 10;
 std::string_view call_kind_name(CallKind kind);
 std::optional<CallKind> call_kind_from_name(std::string_view name);
-// True for the kinds that concern one convolution and so carry ConvKind (and usually a layer).
+// Kinds that name a convolution direction (ConvKind): convolutions, searches, workspace and
+// max-count queries. All of them but the max-count query also describe one layer.
 bool call_has_conv_kind(CallKind kind);
+bool call_has_layer(CallKind kind);
 
 // One row of a cudnn*AlgoPerf_t result (the three structs share this layout).
 struct AlgoPerf {
@@ -52,17 +54,17 @@ struct AlgoPerf {
 enum PtrSlot { kPtrX = 0, kPtrW = 1, kPtrY = 2, kPtrWorkspace = 3 };
 
 struct TraceCall {
-  uint64_t seq = 0;        // process-wide order of interception
-  double host_us = 0;      // host time since recording started, at entry
-  uint32_t thread = 0;     // index into Trace::threads
-  uint32_t handle = 0;     // index into Trace::handles
-  uint32_t stream = 0;     // index into Trace::streams
+  uint64_t seq = 0;     // process-wide order of interception
+  double host_us = 0;   // host time since recording started, at entry
+  uint32_t thread = 0;  // index into Trace::threads
+  uint32_t handle = 0;  // index into Trace::handles
+  uint32_t stream = 0;  // index into Trace::streams
   CallKind kind = CallKind::kConvolution;
   ConvKind conv = ConvKind::kForward;
-  int32_t status = 0;      // cudnnStatus_t returned to the caller
-  int32_t layer = -1;      // index into Trace::layers; -1 when none or undecodable
-  int32_t algo = -1;       // algorithm passed (convolution, workspace query)
-  uint64_t workspace_bytes = 0;  // passed (convolution, FindEx) or returned (workspace query)
+  int32_t status = 0;              // cudnnStatus_t returned to the caller
+  int32_t layer = -1;              // index into Trace::layers; -1 when none or undecodable
+  int32_t algo = -1;               // algorithm passed (convolution, workspace query)
+  uint64_t workspace_bytes = 0;    // passed (convolution, FindEx) or returned (workspace query)
   std::array<uint64_t, 4> ptrs{};  // PtrSlot order; 0 when absent
   double alpha = 0, beta = 0;      // convolution scaling factors, read as the data type says
   int32_t requested = 0;           // requestedAlgoCount (queries)

@@ -7,29 +7,33 @@
 #include <string>
 
 #include "runtime/log.h"
+#include "runtime/no_destroy.h"
 #include "runtime/real_api.h"
 
 namespace vcudnn {
 
 // The three perf structs must share one layout for read_perf.
-#define VCUDNN_SAME_PERF_LAYOUT(T)                                                                        \
-  static_assert(sizeof(T) == sizeof(cudnnConvolutionFwdAlgoPerf_t) &&                                     \
-                offsetof(T, status) == offsetof(cudnnConvolutionFwdAlgoPerf_t, status) &&                 \
-                offsetof(T, time) == offsetof(cudnnConvolutionFwdAlgoPerf_t, time) &&                     \
-                offsetof(T, memory) == offsetof(cudnnConvolutionFwdAlgoPerf_t, memory) &&                 \
-                offsetof(T, determinism) == offsetof(cudnnConvolutionFwdAlgoPerf_t, determinism) &&       \
+#define VCUDNN_SAME_PERF_LAYOUT(T)                                                                  \
+  static_assert(sizeof(T) == sizeof(cudnnConvolutionFwdAlgoPerf_t) &&                               \
+                offsetof(T, status) == offsetof(cudnnConvolutionFwdAlgoPerf_t, status) &&           \
+                offsetof(T, time) == offsetof(cudnnConvolutionFwdAlgoPerf_t, time) &&               \
+                offsetof(T, memory) == offsetof(cudnnConvolutionFwdAlgoPerf_t, memory) &&           \
+                offsetof(T, determinism) == offsetof(cudnnConvolutionFwdAlgoPerf_t, determinism) && \
                 offsetof(T, mathType) == offsetof(cudnnConvolutionFwdAlgoPerf_t, mathType));
 VCUDNN_SAME_PERF_LAYOUT(cudnnConvolutionBwdDataAlgoPerf_t)
 VCUDNN_SAME_PERF_LAYOUT(cudnnConvolutionBwdFilterAlgoPerf_t)
 #undef VCUDNN_SAME_PERF_LAYOUT
 
 cudnnStatus_t unresolved(const char* function) {
-  static std::mutex mu;
-  static std::set<std::string> logged;
-  std::lock_guard<std::mutex> lock(mu);
-  if (logged.insert(function).second)
-    VCUDNN_LOG_ERROR("{} is not available in the real cuDNN ({}); returning CUDNN_STATUS_NOT_INITIALIZED",
-                     function, cudnn_library().found ? cudnn_library().path : cudnn_library().error);
+  struct Logged {
+    std::mutex mu;
+    std::set<std::string> names;
+  };
+  static NoDestroy<Logged> logged;
+  std::lock_guard<std::mutex> lock(logged->mu);
+  if (logged->names.insert(function).second)
+    VCUDNN_LOG_ERROR("{} is not available in the real cuDNN ({}); returning CUDNN_STATUS_NOT_INITIALIZED", function,
+                     cudnn_library().found ? cudnn_library().path : cudnn_library().error);
   return kUnresolvedStatus;
 }
 
@@ -43,8 +47,8 @@ cudnnStatus_t call_real(const ConvCall& c) {
     case ConvKind::kForward:
       VCUDNN_REAL_OR_FAIL(cudnnConvolutionForward)
       return r.cudnnConvolutionForward(c.handle, c.alpha, d.x, c.x, d.w, c.w, d.conv,
-                                       static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), c.workspace,
-                                       c.workspace_bytes, c.beta, d.y, c.y);
+                                       static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), c.workspace, c.workspace_bytes,
+                                       c.beta, d.y, c.y);
     case ConvKind::kBackwardData:
       VCUDNN_REAL_OR_FAIL(cudnnConvolutionBackwardData)
       return r.cudnnConvolutionBackwardData(c.handle, c.alpha, d.w, c.w, d.y, c.y, d.conv,
@@ -74,9 +78,8 @@ cudnnStatus_t get_v7(const RealCudnn& r, const AlgoQuery& q) {
                                                            static_cast<cudnnConvolutionBwdDataAlgoPerf_t*>(q.perf));
     case ConvKind::kBackwardFilter:
       VCUDNN_REAL_OR_FAIL(cudnnGetConvolutionBackwardFilterAlgorithm_v7)
-      return r.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          q.handle, d.x, d.y, d.conv, d.w, q.requested, q.returned,
-          static_cast<cudnnConvolutionBwdFilterAlgoPerf_t*>(q.perf));
+      return r.cudnnGetConvolutionBackwardFilterAlgorithm_v7(q.handle, d.x, d.y, d.conv, d.w, q.requested, q.returned,
+                                                             static_cast<cudnnConvolutionBwdFilterAlgoPerf_t*>(q.perf));
   }
   return CUDNN_STATUS_BAD_PARAM;
 }
@@ -127,9 +130,12 @@ cudnnStatus_t find_ex(const RealCudnn& r, const AlgoQuery& q) {
 cudnnStatus_t call_real(const AlgoQuery& q) {
   const RealCudnn& r = real();
   switch (q.variant) {
-    case QueryVariant::kGetV7: return get_v7(r, q);
-    case QueryVariant::kFind: return find(r, q);
-    case QueryVariant::kFindEx: return find_ex(r, q);
+    case QueryVariant::kGetV7:
+      return get_v7(r, q);
+    case QueryVariant::kFind:
+      return find(r, q);
+    case QueryVariant::kFindEx:
+      return find_ex(r, q);
   }
   return CUDNN_STATUS_BAD_PARAM;
 }

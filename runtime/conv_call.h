@@ -51,7 +51,7 @@ struct AlgoQuery {
   void* y = nullptr;
   int requested = 0;
   int* returned = nullptr;
-  void* perf = nullptr;  // cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t[requested]
+  void* perf = nullptr;       // cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t[requested]
   void* workspace = nullptr;  // Ex only
   size_t workspace_bytes = 0;
   uint64_t user_layer = 0;

@@ -74,7 +74,8 @@ Result<ConvLayer> decode_conv_layer(cudnnTensorDescriptor_t x, cudnnFilterDescri
   int n = 0, pad[kMaxDims] = {}, stride[kMaxDims] = {}, dil[kMaxDims] = {};
   cudnnConvolutionMode_t mode{};
   cudnnDataType_t compute{};
-  st = r.cudnnGetConvolutionNdDescriptor(conv, kMaxDims, &n, pad, stride, dil, &mode, &compute);
+  // cuDNN refuses (NOT_SUPPORTED) a requested length above CUDNN_DIM_MAX - 2 spatial dims.
+  st = r.cudnnGetConvolutionNdDescriptor(conv, kMaxDims - 2, &n, pad, stride, dil, &mode, &compute);
   if (st != CUDNN_STATUS_SUCCESS) return Error{failed("cudnnGetConvolutionNdDescriptor", st)};
   if (n < 0 || n > kMaxDims) return Error{"convolution has " + std::to_string(n) + " spatial dims"};
   auto& c = layer.conv;

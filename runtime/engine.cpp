@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cinttypes>
+#include <cstdlib>
 #include <mutex>
 
 #include "runtime/log.h"
@@ -13,7 +14,7 @@
 namespace vcudnn {
 namespace {
 
-std::atomic<bool> g_started{false};
+void exit_handler();
 
 std::string version_text(int v) {
   // cuDNN 9 encodes major*10000 + minor*100 + patch.
@@ -39,15 +40,25 @@ void log_startup(const Options& o) {
 
 Engine::Engine(const Options& o) : policy_(o.policy), recorder_(RecorderConfig{o.get(kTrace)}) {}
 
-bool Engine::started() { return g_started.load(std::memory_order_acquire); }
+namespace {
+// Registered with atexit() when the engine starts, so it runs before the handlers that CUDA and
+// the framework registered earlier (atexit runs in reverse order) and CUDA is still usable for
+// the last non-blocking event queries. Everything it touches is NoDestroy.
+void exit_handler() {
+  try {
+    Engine::get().at_exit();
+  } catch (...) {
+  }
+}
+}  // namespace
 
 Engine& Engine::get() {
   static NoDestroy<Engine> engine([] {
     const Options& o = options();
     log_startup(o);
+    std::atexit(exit_handler);
     return o;
   }());
-  g_started.store(true, std::memory_order_release);
   return engine.get();
 }
 
@@ -87,8 +98,9 @@ cudnnStatus_t Engine::create(HookScope& scope, cudnnHandle_t* handle) {
   const uint64_t t = monotonic_ns();
   if (!real().cudnnCreate) return unresolved("cudnnCreate");
   cudnnStatus_t st = scope.real([&] { return real().cudnnCreate(handle); });
-  if (recording()) recorder_.record_handle_call(CallKind::kCreate, handle && st == CUDNN_STATUS_SUCCESS ? *handle : nullptr,
-                                                nullptr, st, t);
+  if (recording())
+    recorder_.record_handle_call(CallKind::kCreate, handle && st == CUDNN_STATUS_SUCCESS ? *handle : nullptr, nullptr,
+                                 st, t);
   return st;
 }
 
@@ -104,8 +116,10 @@ cudnnStatus_t Engine::set_stream(HookScope& scope, cudnnHandle_t handle, cudaStr
   const uint64_t t = monotonic_ns();
   if (!real().cudnnSetStream) return unresolved("cudnnSetStream");
   cudnnStatus_t st = scope.real([&] { return real().cudnnSetStream(handle, stream); });
-  if (recording()) recorder_.record_handle_call(CallKind::kSetStream, handle, stream, st, t);
-  else recorder_.poll();
+  if (recording())
+    recorder_.record_handle_call(CallKind::kSetStream, handle, stream, st, t);
+  else
+    recorder_.poll();
   return st;
 }
 
@@ -142,11 +156,6 @@ std::string Engine::summary() const {
 void Engine::at_exit() {
   if (policy_ == Policy::kRecord) recorder_.finish();
   VCUDNN_LOG_INFO("{}", summary());
-}
-
-// Runs when the process exits (or the library is unloaded), after main() returns.
-__attribute__((destructor)) static void vcudnn_exit_handler() {
-  if (Engine::started()) Engine::get().at_exit();
 }
 
 }  // namespace vcudnn

@@ -15,10 +15,9 @@ namespace vcudnn {
 
 class Engine {
  public:
-  // The process's engine, initialised on first use (never at load time: see real_api.cpp).
+  // The process's engine, initialised on first use (never at load time: see real_api.cpp). It
+  // registers the exit handler, so processes that never call cuDNN print nothing.
   static Engine& get();
-  // Whether get() has run (the exit handler does nothing in processes that never used cuDNN).
-  static bool started();
   explicit Engine(const Options& options);  // use get(); public for NoDestroy
 
   cudnnStatus_t convolution(HookScope& scope, const ConvCall& call);

@@ -9,7 +9,9 @@
 // - Training: a segment starts wherever a forward convolution follows a backward one. The first
 //   k consecutive segments that are repeated by the next k (smallest k, earliest start) form the
 //   iteration; k > 1 covers iterations with several forward/backward phases (e.g. a GAN step).
-//   A warm-up or evaluation pass before training becomes a segment of its own and is skipped.
+//   A forward-only warm-up or evaluation pass before training has no backward to end it, so it
+//   shares the first segment with training iteration 1; when that segment's tail repeats, the
+//   tail is the iteration and the pass is skipped.
 // - Forward only (no backward seen yet): the first p convolutions, when the next 2p repeat them
 //   (three copies, because a net may start with a few identical layers).
 // - Explicit: once vcudnnIterationBoundary() is called, automatic detection stops; the calls
@@ -58,9 +60,15 @@ std::optional<DetectedIteration> IterationDetector::check_segments(size_t closed
   for (size_t k = 1; 2 * k <= closed; ++k) {
     const size_t a = closed - 2 * k, b = closed - k;
     const size_t a_items = seg_item_[b] - seg_item_[a];
-    if (seg_item_[closed] - seg_item_[b] != a_items) continue;
-    if (!same_items(seg_item_[a], seg_item_[b], a_items)) continue;
-    return DetectedIteration{seg_seq_[a], seg_seq_[b], "auto", a_items};
+    const size_t b_items = seg_item_[closed] - seg_item_[b];
+    if (a_items == b_items && same_items(seg_item_[a], seg_item_[b], a_items))
+      return DetectedIteration{seg_seq_[a], seg_seq_[b], "auto", a_items};
+    // The first segment also holds whatever forward-only pass ran before training (it has no
+    // backward to end it): the iteration is then its tail, when that tail repeats.
+    if (k == 1 && a == 0 && a_items > b_items && same_items(seg_item_[b] - b_items, seg_item_[b], b_items)) {
+      const size_t start = seg_item_[b] - b_items;
+      return DetectedIteration{item_seq_[start - 1] + 1, seg_seq_[b], "auto", b_items};
+    }
   }
   return std::nullopt;
 }

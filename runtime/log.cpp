@@ -31,12 +31,18 @@ State& state() {
 
 spdlog::level::level_enum to_spdlog(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return spdlog::level::trace;
-    case LogLevel::kDebug: return spdlog::level::debug;
-    case LogLevel::kInfo: return spdlog::level::info;
-    case LogLevel::kWarn: return spdlog::level::warn;
-    case LogLevel::kError: return spdlog::level::err;
-    case LogLevel::kOff: return spdlog::level::off;
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+    case LogLevel::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }

@@ -50,8 +50,8 @@ uint64_t suppressed_count();
 #define VCUDNN_LOG_WARN(...) ::vcudnn::log::write(::vcudnn::LogLevel::kWarn, __VA_ARGS__)
 #define VCUDNN_LOG_ERROR(...) ::vcudnn::log::write(::vcudnn::LogLevel::kError, __VA_ARGS__)
 // Rate-limited at this call site.
-#define VCUDNN_WARN_LIMITED(...)                             \
-  do {                                                       \
-    static ::vcudnn::log::SiteLimit vcudnn_site_limit_;      \
+#define VCUDNN_WARN_LIMITED(...)                                  \
+  do {                                                            \
+    static ::vcudnn::log::SiteLimit vcudnn_site_limit_;           \
     if (vcudnn_site_limit_.allow()) VCUDNN_LOG_WARN(__VA_ARGS__); \
   } while (0)

@@ -2,10 +2,12 @@
 // empty value means unset. Any bad value is an error that forces pass-through.
 #include "runtime/options.h"
 
+#include "runtime/no_destroy.h"
+
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <unistd.h>
 
 extern char** environ;
 
@@ -82,8 +84,8 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
     o.source[kPolicy] = OptionSource::kFallback;
   }
   for (const auto& name : names) {
-    bool known = std::any_of(option_specs().begin(), option_specs().end(),
-                             [&](const OptionSpec& s) { return name == s.env; });
+    bool known =
+        std::any_of(option_specs().begin(), option_specs().end(), [&](const OptionSpec& s) { return name == s.env; });
     if (!known) {
       std::string all;
       for (const auto& s : option_specs()) all += (all.empty() ? "" : ", ") + std::string(s.env);
@@ -94,15 +96,15 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
 }
 
 const Options& options() {
-  static const Options kOptions = [] {
+  static NoDestroy<Options> kOptions([] {
     std::vector<std::string> names;
     for (char** e = environ; e && *e; ++e) {
       std::string_view kv(*e);
       if (kv.rfind("VCUDNN_", 0) == 0) names.emplace_back(kv.substr(0, kv.find('=')));
     }
     return parse_options([](const char* n) { return ::getenv(n); }, names);
-  }();
-  return kOptions;
+  }());
+  return kOptions.get();
 }
 
 std::string expand_path(const std::string& pattern) {

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/no_destroy.h"
 #include "runtime/options.h"
 
 namespace vcudnn {
@@ -77,8 +78,11 @@ Source find_source(const LibrarySpec& spec) {
     return s;
   }
   void* p = dlsym(h, spec.probe);
-  if (!p || in_self(p)) {
-    s.info.error = std::string(spec.what) + ": " + path + (p ? " is vcudnn itself" : " does not export " + std::string(spec.probe));
+  const bool is_vcudnn = dlsym(h, "vcudnnGetVersionString") != nullptr || in_self(p);
+  if (!p || is_vcudnn) {
+    s.info.error =
+        std::string(spec.what) + ": " + path +
+        (is_vcudnn ? " is vcudnn itself, not the real library" : " does not export " + std::string(spec.probe));
     dlclose(h);
     return s;
   }
@@ -108,10 +112,12 @@ struct CudartState {
   LibraryInfo info;
 };
 
+// NoDestroy: hooks and the exit handler may run after static destructors.
 CudnnState& cudnn_state() {
-  static CudnnState st;
+  static NoDestroy<CudnnState> holder;
+  CudnnState& st = holder.get();
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [&st] {
     Source s = find_source({"cuDNN", {"libcudnn.so.9"}, "cudnnGetVersion", options().get(kCudnnLibrary)});
     st.info = s.info;
 #define VCUDNN_CUDNN_HOOK(short_name, fn) bind(s, st.info, st.fns.fn, #fn);
@@ -124,9 +130,10 @@ CudnnState& cudnn_state() {
 }
 
 CudartState& cudart_state() {
-  static CudartState st;
+  static NoDestroy<CudartState> holder;
+  CudartState& st = holder.get();
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [&st] {
     Source s = find_source(
         {"CUDA runtime", {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, "cudaRuntimeGetVersion", ""});
     st.info = s.info;

@@ -27,10 +27,10 @@ struct RealCudart {
 // Where a library was found, for logs and `vcudnn info`.
 struct LibraryInfo {
   bool found = false;
-  std::string path;     // file the entry points live in
-  std::string how;      // "RTLD_NEXT", "already loaded as libcudnn.so.9", "dlopen(...)"
-  std::string error;    // why nothing was found
-  int missing = 0;      // symbols not found in it
+  std::string path;   // file the entry points live in
+  std::string how;    // "RTLD_NEXT", "already loaded as libcudnn.so.9", "dlopen(...)"
+  std::string error;  // why nothing was found
+  int missing = 0;    // symbols not found in it
   std::string missing_names;
 };
 

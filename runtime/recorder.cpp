@@ -54,7 +54,37 @@ Recorder::Recorder(RecorderConfig config) : config_(std::move(config)), start_ns
 
 uint64_t Recorder::now_ns() const { return monotonic_ns() - start_ns_; }
 
+template <typename F>
+void Recorder::safely(const char* what, F&& f) noexcept {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  } catch (...) {
+    fail(what, "unknown exception");
+  }
+}
+
+void Recorder::fail(const char* what, const char* why) noexcept {
+  active_.store(false, std::memory_order_relaxed);
+  phase_.store(kDone, std::memory_order_relaxed);
+  try {
+    VCUDNN_LOG_ERROR("recorder stopped: {} failed ({}); calls keep passing through unchanged", what, why);
+  } catch (...) {
+  }
+}
+
 Recorder::ConvProbe Recorder::before_convolution(const ConvCall& call) {
+  ConvProbe p;
+  safely("before_convolution", [&] { p = before_convolution_impl(call); });
+  return p;
+}
+
+void Recorder::after_convolution(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
+  safely("after_convolution", [&] { after_convolution_impl(p, call, status); });
+}
+
+Recorder::ConvProbe Recorder::before_convolution_impl(const ConvCall& call) {
   ConvProbe p;
   if (!active()) return p;
   p.on = true;
@@ -80,7 +110,7 @@ Recorder::ConvProbe Recorder::before_convolution(const ConvCall& call) {
   return p;
 }
 
-void Recorder::after_convolution(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
+void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
   if (!p.on) return;
   if (p.end && (status != CUDNN_STATUS_SUCCESS || real_cudart().cudaEventRecord(p.end, p.stream) != cudaSuccess)) {
     events_.release(p.device, p.start);
@@ -109,65 +139,73 @@ void Recorder::after_convolution(ConvProbe& p, const ConvCall& call, cudnnStatus
 
 void Recorder::record_query(const AlgoQuery& q, cudnnStatus_t status, uint64_t host_ns) {
   if (!active()) return;
-  Recorded rec;
-  TraceCall& c = rec.call;
-  c.host_us = (host_ns - start_ns_) / 1e3;
-  c.kind = q.variant == QueryVariant::kGetV7 ? CallKind::kGetAlgorithmV7
-           : q.variant == QueryVariant::kFind ? CallKind::kFindAlgorithm
-                                              : CallKind::kFindAlgorithmEx;
-  c.conv = q.kind;
-  c.status = status;
-  c.requested = q.requested;
-  c.returned = (status == CUDNN_STATUS_SUCCESS && q.returned) ? *q.returned : 0;
-  c.perf = read_perf(q, c.returned);
-  c.user_layer = q.user_layer;
-  if (q.variant == QueryVariant::kFindEx) {
-    c.ptrs = {as_u64(q.x), as_u64(q.w), as_u64(q.y), as_u64(q.workspace)};
-    c.workspace_bytes = q.workspace_bytes;
-  }
-  cudaStream_t stream = nullptr;
-  if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
-  append(std::move(rec), q.handle, stream, decode(q.desc), false);
+  safely("record_query", [&] {
+    Recorded rec;
+    TraceCall& c = rec.call;
+    c.host_us = (host_ns - start_ns_) / 1e3;
+    c.kind = q.variant == QueryVariant::kGetV7  ? CallKind::kGetAlgorithmV7
+             : q.variant == QueryVariant::kFind ? CallKind::kFindAlgorithm
+                                                : CallKind::kFindAlgorithmEx;
+    c.conv = q.kind;
+    c.status = status;
+    c.requested = q.requested;
+    c.returned = (status == CUDNN_STATUS_SUCCESS && q.returned) ? *q.returned : 0;
+    c.perf = read_perf(q, c.returned);
+    c.user_layer = q.user_layer;
+    if (q.variant == QueryVariant::kFindEx) {
+      c.ptrs = {as_u64(q.x), as_u64(q.w), as_u64(q.y), as_u64(q.workspace)};
+      c.workspace_bytes = q.workspace_bytes;
+    }
+    cudaStream_t stream = nullptr;
+    if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
+    append(std::move(rec), q.handle, stream, decode(q.desc), false);
+  });
 }
 
 void Recorder::record_workspace(const WorkspaceQuery& q, cudnnStatus_t status, uint64_t host_ns) {
   if (!active()) return;
-  Recorded rec;
-  TraceCall& c = rec.call;
-  c.host_us = (host_ns - start_ns_) / 1e3;
-  c.kind = CallKind::kGetWorkspaceSize;
-  c.conv = q.kind;
-  c.status = status;
-  c.algo = q.algo;
-  c.workspace_bytes = (status == CUDNN_STATUS_SUCCESS && q.size) ? *q.size : 0;
-  c.user_layer = q.user_layer;
-  cudaStream_t stream = nullptr;
-  if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
-  append(std::move(rec), q.handle, stream, decode(q.desc), false);
+  safely("record_workspace", [&] {
+    Recorded rec;
+    TraceCall& c = rec.call;
+    c.host_us = (host_ns - start_ns_) / 1e3;
+    c.kind = CallKind::kGetWorkspaceSize;
+    c.conv = q.kind;
+    c.status = status;
+    c.algo = q.algo;
+    c.workspace_bytes = (status == CUDNN_STATUS_SUCCESS && q.size) ? *q.size : 0;
+    c.user_layer = q.user_layer;
+    cudaStream_t stream = nullptr;
+    if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
+    append(std::move(rec), q.handle, stream, decode(q.desc), false);
+  });
 }
 
 void Recorder::record_max_count(const MaxCountQuery& q, cudnnStatus_t status, uint64_t host_ns) {
   if (!active()) return;
-  Recorded rec;
-  TraceCall& c = rec.call;
-  c.host_us = (host_ns - start_ns_) / 1e3;
-  c.kind = CallKind::kGetAlgorithmMaxCount;
-  c.conv = q.kind;
-  c.status = status;
-  c.returned = (status == CUDNN_STATUS_SUCCESS && q.count) ? *q.count : 0;
-  cudaStream_t stream = nullptr;
-  if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
-  append(std::move(rec), q.handle, stream, std::nullopt, false);
+  safely("record_max_count", [&] {
+    Recorded rec;
+    TraceCall& c = rec.call;
+    c.host_us = (host_ns - start_ns_) / 1e3;
+    c.kind = CallKind::kGetAlgorithmMaxCount;
+    c.conv = q.kind;
+    c.status = status;
+    c.returned = (status == CUDNN_STATUS_SUCCESS && q.count) ? *q.count : 0;
+    cudaStream_t stream = nullptr;
+    if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
+    append(std::move(rec), q.handle, stream, std::nullopt, false);
+  });
 }
 
 void Recorder::record_handle_call(CallKind kind, cudnnHandle_t handle, cudaStream_t stream, cudnnStatus_t status,
                                   uint64_t host_ns) {
   if (!active()) return;
-  Recorded rec;
-  rec.call.host_us = (host_ns - start_ns_) / 1e3;
-  rec.call.kind = kind;
-  rec.call.status = status;
-  append(std::move(rec), handle, stream, std::nullopt, false);
+  safely("record_handle_call", [&] {
+    Recorded rec;
+    rec.call.host_us = (host_ns - start_ns_) / 1e3;
+    rec.call.kind = kind;
+    rec.call.status = status;
+    append(std::move(rec), handle, stream, std::nullopt, false);
+  });
 }
 
 int32_t Recorder::intern_layer(const ConvLayer& layer) {
@@ -176,8 +214,8 @@ int32_t Recorder::intern_layer(const ConvLayer& layer) {
   return it->second;
 }
 
-void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
-                      const std::optional<ConvLayer>& layer, bool exec) {
+void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream, const std::optional<ConvLayer>& layer,
+                      bool exec) {
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_.load(std::memory_order_relaxed) != kRecording) {  // stopped while we were in the call
     events_.release(rec.device, rec.start);
@@ -203,9 +241,11 @@ void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
 }
 
 void Recorder::explicit_boundary() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (phase_.load(std::memory_order_relaxed) != kRecording) return;
-  if (auto found = detector_.on_explicit_boundary(next_seq_)) on_detected(*found);
+  safely("explicit_boundary", [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (phase_.load(std::memory_order_relaxed) != kRecording) return;
+    if (auto found = detector_.on_explicit_boundary(next_seq_)) on_detected(*found);
+  });
 }
 
 void Recorder::on_detected(const DetectedIteration& it) {
@@ -226,9 +266,11 @@ void Recorder::stop_without_iteration(const std::string& why) {
 }
 
 void Recorder::poll_slow() {
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock() || phase_.load(std::memory_order_relaxed) != kResolving) return;
-  if (resolve(false)) complete(false);
+  safely("poll", [&] {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || phase_.load(std::memory_order_relaxed) != kResolving) return;
+    if (resolve(false)) complete(false);
+  });
 }
 
 bool Recorder::resolve(bool final) {
@@ -324,28 +366,31 @@ Trace Recorder::build_trace() const {
 }
 
 void Recorder::finish() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (phase_.load(std::memory_order_relaxed) == kRecording) {
-    if (calls_.empty()) {
-      outcome_ = "nothing recorded";
-      phase_.store(kDone, std::memory_order_relaxed);
-      return;
+  safely("finish", [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (phase_.load(std::memory_order_relaxed) == kRecording) {
+      if (calls_.empty()) {
+        outcome_ = "nothing recorded";
+        phase_.store(kDone, std::memory_order_relaxed);
+        return;
+      }
+      if (auto found = detector_.on_end()) {
+        detected_ = found;
+        VCUDNN_LOG_INFO("iteration found at exit ({}): calls {}..{}", found->how, found->first_seq, found->end_seq);
+      } else {
+        outcome_ =
+            "no complete iteration found (" + std::to_string(detector_.convolutions_seen()) + " convolutions seen)";
+        if (!config_.trace_path.empty())
+          VCUDNN_LOG_WARN("{}; the trace holds every recorded call and says complete=false", outcome_);
+      }
+      active_.store(false, std::memory_order_relaxed);
+      phase_.store(kResolving, std::memory_order_relaxed);
     }
-    if (auto found = detector_.on_end()) {
-      detected_ = found;
-      VCUDNN_LOG_INFO("iteration found at exit ({}): calls {}..{}", found->how, found->first_seq, found->end_seq);
-    } else {
-      outcome_ = "no complete iteration found (" + std::to_string(detector_.convolutions_seen()) +
-                 " convolutions seen)";
-      VCUDNN_LOG_WARN("{}; the trace holds every recorded call and says complete=false", outcome_);
+    if (phase_.load(std::memory_order_relaxed) == kResolving) {
+      resolve(/*final=*/true);
+      complete(/*final=*/true);
     }
-    active_.store(false, std::memory_order_relaxed);
-    phase_.store(kResolving, std::memory_order_relaxed);
-  }
-  if (phase_.load(std::memory_order_relaxed) == kResolving) {
-    resolve(/*final=*/true);
-    complete(/*final=*/true);
-  }
+  });
 }
 
 std::string Recorder::outcome() const {

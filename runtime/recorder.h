@@ -68,6 +68,13 @@ class Recorder {
 
  private:
   enum Phase { kRecording, kResolving, kDone };
+  // Every public entry runs its work through safely(): an exception (out of memory, say) stops
+  // the recorder with one error line and never reaches the application.
+  template <typename F>
+  void safely(const char* what, F&& f) noexcept;
+  void fail(const char* what, const char* why) noexcept;
+  ConvProbe before_convolution_impl(const ConvCall& call);
+  void after_convolution_impl(ConvProbe& probe, const ConvCall& call, cudnnStatus_t status);
   struct Recorded {
     TraceCall call;  // thread/handle/stream/layer are indices into the tables below
     cudaEvent_t start = nullptr;

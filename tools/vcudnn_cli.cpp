@@ -1,8 +1,8 @@
 // `vcudnn`: the project's main command. `vcudnn info` prints the cuDNN and CUDA runtime vcudnn
 // resolves, whether a GPU is present, and the configuration table; `vcudnn trace FILE` checks
 // and summarises a trace written by VCUDNN_TRACE.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <map>
 #include <vector>
@@ -14,9 +14,7 @@
 namespace vcudnn {
 namespace {
 
-std::string cudnn_version_text(size_t v) {
-  return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
-}
+std::string cudnn_version_text(size_t v) { return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100); }
 
 void print_library(const char* what, const LibraryInfo& lib) {
   if (!lib.found) {

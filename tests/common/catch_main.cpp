@@ -1,0 +1,3 @@
+// main() of the CPU test program.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>

@@ -1,0 +1,213 @@
+// libvcudnn.so's ELF dynamic section and symbol table, read with <elf.h>: only system libraries
+// as DT_NEEDED, every hook exported, nothing but cudnn* and vcudnn* defined, no descriptor getters.
+#include <catch2/catch.hpp>
+
+#include <elf.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/common/test_util.h"
+
+namespace {
+
+struct Symbol {
+  std::string name;
+  unsigned bind = 0;
+  unsigned type = 0;
+  unsigned visibility = 0;
+  bool defined = false;
+};
+
+struct ElfInfo {
+  std::vector<std::string> needed;
+  std::vector<Symbol> dynsym;
+};
+
+template <typename T>
+const T* at(const std::vector<char>& file, uint64_t offset, uint64_t count = 1) {
+  REQUIRE(offset <= file.size());
+  REQUIRE(count * sizeof(T) <= file.size() - offset);
+  return reinterpret_cast<const T*>(file.data() + offset);
+}
+
+std::string cstr(const std::vector<char>& file, uint64_t table_offset, uint64_t table_size, uint64_t index) {
+  REQUIRE(index < table_size);
+  REQUIRE(table_offset + table_size <= file.size());
+  const char* s = file.data() + table_offset + index;
+  const size_t max = table_size - index;
+  const size_t len = strnlen(s, max);
+  REQUIRE(len < max);  // NUL-terminated inside the table
+  return std::string(s, len);
+}
+
+ElfInfo read_elf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* eh = at<Elf64_Ehdr>(file, 0);
+  REQUIRE(std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0);
+  REQUIRE(eh->e_ident[EI_CLASS] == ELFCLASS64);
+  REQUIRE(eh->e_ident[EI_DATA] == ELFDATA2LSB);
+  REQUIRE(eh->e_type == ET_DYN);
+  REQUIRE(eh->e_phentsize == sizeof(Elf64_Phdr));
+  REQUIRE(eh->e_shentsize == sizeof(Elf64_Shdr));
+
+  ElfInfo info;
+  const auto* ph = at<Elf64_Phdr>(file, eh->e_phoff, eh->e_phnum);
+  // Virtual address -> file offset, through the PT_LOAD segments.
+  auto file_offset = [&](uint64_t vaddr) -> uint64_t {
+    for (int i = 0; i < eh->e_phnum; ++i)
+      if (ph[i].p_type == PT_LOAD && vaddr >= ph[i].p_vaddr && vaddr < ph[i].p_vaddr + ph[i].p_filesz)
+        return vaddr - ph[i].p_vaddr + ph[i].p_offset;
+    FAIL("address " << vaddr << " is in no PT_LOAD segment");
+    return 0;
+  };
+
+  // DT_NEEDED from PT_DYNAMIC; names live in DT_STRTAB (an address).
+  const Elf64_Phdr* dyn_ph = nullptr;
+  for (int i = 0; i < eh->e_phnum; ++i)
+    if (ph[i].p_type == PT_DYNAMIC) dyn_ph = &ph[i];
+  REQUIRE(dyn_ph != nullptr);
+  const size_t ndyn = dyn_ph->p_filesz / sizeof(Elf64_Dyn);
+  const auto* dyn = at<Elf64_Dyn>(file, dyn_ph->p_offset, ndyn);
+  uint64_t strtab = 0, strsz = 0;
+  std::vector<uint64_t> needed_offsets;
+  for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; ++i) {
+    if (dyn[i].d_tag == DT_STRTAB) strtab = dyn[i].d_un.d_ptr;
+    if (dyn[i].d_tag == DT_STRSZ) strsz = dyn[i].d_un.d_val;
+    if (dyn[i].d_tag == DT_NEEDED) needed_offsets.push_back(dyn[i].d_un.d_val);
+  }
+  REQUIRE(strtab != 0);
+  REQUIRE(strsz != 0);
+  const uint64_t strtab_off = file_offset(strtab);
+  for (uint64_t off : needed_offsets) info.needed.push_back(cstr(file, strtab_off, strsz, off));
+
+  // .dynsym from the section headers, with its string table (sh_link).
+  const auto* sh = at<Elf64_Shdr>(file, eh->e_shoff, eh->e_shnum);
+  int dynsym = -1;
+  for (int i = 0; i < eh->e_shnum; ++i)
+    if (sh[i].sh_type == SHT_DYNSYM) dynsym = i;
+  REQUIRE(dynsym >= 0);
+  REQUIRE(sh[dynsym].sh_entsize == sizeof(Elf64_Sym));
+  REQUIRE(sh[dynsym].sh_link < eh->e_shnum);
+  const Elf64_Shdr& names = sh[sh[dynsym].sh_link];
+  const size_t nsym = sh[dynsym].sh_size / sizeof(Elf64_Sym);
+  const auto* syms = at<Elf64_Sym>(file, sh[dynsym].sh_offset, nsym);
+  for (size_t i = 1; i < nsym; ++i) {  // entry 0 is the null symbol
+    Symbol s;
+    s.name = cstr(file, names.sh_offset, names.sh_size, syms[i].st_name);
+    s.bind = ELF64_ST_BIND(syms[i].st_info);
+    s.type = ELF64_ST_TYPE(syms[i].st_info);
+    s.visibility = ELF64_ST_VISIBILITY(syms[i].st_other);
+    s.defined = syms[i].st_shndx != SHN_UNDEF;
+    info.dynsym.push_back(s);
+  }
+  return info;
+}
+
+const ElfInfo& libvcudnn() {
+  static const ElfInfo info = read_elf(vcudnn::test::libvcudnn_path());
+  return info;
+}
+
+std::map<std::string, Symbol> by_name(const std::vector<Symbol>& syms) {
+  std::map<std::string, Symbol> m;
+  for (const auto& s : syms) m[s.name] = s;
+  return m;
+}
+
+const std::vector<std::string> kHooked = {
+#define VCUDNN_CUDNN_HOOK(short_name, fn) #fn,
+#include "runtime/cudnn_api.def"
+#undef VCUDNN_CUDNN_HOOK
+};
+
+const std::vector<std::string> kUsedOnly = {
+#define VCUDNN_CUDNN_USED(fn) #fn,
+#include "runtime/cudnn_api.def"
+#undef VCUDNN_CUDNN_USED
+};
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+TEST_CASE("elf: libvcudnn.so needs only system libraries", "[elf]") {
+  const auto& needed = libvcudnn().needed;
+  INFO("DT_NEEDED: " << Catch::Detail::stringify(needed));
+  REQUIRE_FALSE(needed.empty());  // at least libc
+  const std::set<std::string> allowed = {
+      "libc.so.6",  "libm.so.6",       "libstdc++.so.6", "libgcc_s.so.1",  "ld-linux-x86-64.so.2",
+      "libdl.so.2", "libpthread.so.0", "librt.so.1",     "libsqlite3.so.0"};
+  for (const auto& n : needed) {
+    INFO("needed " << n);
+    CHECK(allowed.count(n) == 1);
+    for (const char* banned : {"cudnn", "cudart", "cublas", "libcuda", "spdlog", "fmt"})
+      CHECK(n.find(banned) == std::string::npos);
+  }
+  CHECK(std::set<std::string>(needed.begin(), needed.end()).count("libc.so.6") == 1);
+}
+
+TEST_CASE("elf: every hooked cuDNN function is exported", "[elf]") {
+  REQUIRE(kHooked.size() == 22);
+  const auto syms = by_name(libvcudnn().dynsym);
+  for (const auto& name : kHooked) {
+    INFO(name);
+    auto it = syms.find(name);
+    REQUIRE(it != syms.end());
+    CHECK(it->second.defined);
+    CHECK(it->second.bind == STB_GLOBAL);
+    CHECK(it->second.type == STT_FUNC);
+    CHECK(it->second.visibility == STV_DEFAULT);
+  }
+}
+
+TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
+  const auto syms = by_name(libvcudnn().dynsym);
+  for (const char* name :
+       {"vcudnnCreate", "vcudnnIterationBoundary", "vcudnnGetCudnnHandle", "vcudnnDestroy", "vcudnnGetVersionString"}) {
+    INFO(name);
+    auto it = syms.find(name);
+    REQUIRE(it != syms.end());
+    CHECK(it->second.defined);
+    CHECK(it->second.bind == STB_GLOBAL);
+    CHECK(it->second.type == STT_FUNC);
+  }
+}
+
+TEST_CASE("elf: nothing but cudnn* and vcudnn* is defined", "[elf]") {
+  int defined = 0;
+  for (const auto& s : libvcudnn().dynsym) {
+    if (!s.defined || s.bind == STB_LOCAL) continue;
+    ++defined;
+    INFO("defined symbol " << s.name << " bind " << s.bind << " type " << s.type);
+    CHECK((starts_with(s.name, "cudnn") || starts_with(s.name, "vcudnn")));
+    CHECK_FALSE(starts_with(s.name, "_Z"));  // no C++ symbol
+    CHECK(s.name.find("fmt") == std::string::npos);
+    CHECK(s.name.find("spdlog") == std::string::npos);
+  }
+  CHECK(defined >= static_cast<int>(kHooked.size()) + 3);
+}
+
+TEST_CASE("elf: descriptor getters and other used-only functions are not interposed", "[elf]") {
+  REQUIRE_FALSE(kUsedOnly.empty());
+  const auto syms = by_name(libvcudnn().dynsym);
+  for (const auto& name : kUsedOnly) {
+    INFO(name);
+    auto it = syms.find(name);
+    CHECK((it == syms.end() || !it->second.defined));
+  }
+  // A few functions listed nowhere must not be defined either.
+  for (const char* name :
+       {"cudnnSetTensor4dDescriptor", "cudnnCreateTensorDescriptor", "cudnnBatchNormalizationForwardTraining"}) {
+    INFO(name);
+    auto it = syms.find(name);
+    CHECK((it == syms.end() || !it->second.defined));
+  }
+}

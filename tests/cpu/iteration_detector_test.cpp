@@ -1,0 +1,421 @@
+// IterationDetector over synthetic PyTorch-like call sequences: training, repeated blocks, a
+// warm-up pass, multi-phase (GAN) steps, inference, explicit boundaries, on_end, no repeat.
+#include <catch2/catch.hpp>
+
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "runtime/iteration_detector.h"
+
+namespace {
+
+using vcudnn::ConvKind;
+using vcudnn::DetectedIteration;
+using vcudnn::ExecItem;
+using vcudnn::IterationDetector;
+
+struct Event {
+  uint64_t seq;
+  std::optional<ExecItem> exec;  // set for convolution executions
+};
+
+// Where one generated iteration (or pass) lies in the call sequence.
+struct Span {
+  uint64_t first_call = 0;  // first call that belongs to it (Note [Iteration boundaries])
+  uint64_t first_conv = 0;
+  uint64_t last_conv = 0;
+  size_t convolutions = 0;
+};
+
+// A call sequence as PyTorch makes it: a set_stream before every convolution and, while
+// `searching`, Get/Find/workspace queries before the first execution of each (kind, layer).
+class Sequence {
+ public:
+  explicit Sequence(uint64_t first_seq = 0) : next_(first_seq) {}
+
+  uint64_t other() {
+    events_.push_back({next_, std::nullopt});
+    return next_++;
+  }
+
+  uint64_t conv(ConvKind kind, int layer) {
+    other();  // cudnnSetStream
+    if (searching_ && searched_.insert({kind, layer}).second) {
+      other();  // cudnnGet*AlgorithmMaxCount
+      other();  // cudnnFind*Algorithm
+      other();  // cudnnGet*WorkspaceSize
+    }
+    events_.push_back({next_, ExecItem{kind, layer}});
+    if (open_) {
+      if (open_->convolutions == 0) open_->first_conv = next_;
+      open_->last_conv = next_;
+      ++open_->convolutions;
+    }
+    return next_++;
+  }
+
+  // Brackets one iteration: non-convolution calls after the previous iteration's last
+  // convolution belong to this one.
+  void begin(bool searching) {
+    searching_ = searching;
+    Span s;
+    s.first_call = spans_.empty() ? (events_.empty() ? next_ : events_.front().seq) : spans_.back().last_conv + 1;
+    open_ = s;
+  }
+  void end() {
+    spans_.push_back(*open_);
+    open_.reset();
+  }
+
+  // One training step over forward `layers`: forward in order, then per layer in reverse order
+  // backward-data (not for the first layer) and backward-filter; `tail` calls after it.
+  void training(const std::vector<int>& layers, bool searching, int tail = 1) {
+    begin(searching);
+    forward_backward(layers);
+    end();
+    for (int i = 0; i < tail; ++i) other();
+  }
+  void forward_backward(const std::vector<int>& layers) {
+    for (int l : layers) conv(ConvKind::kForward, l);
+    backward(layers, true);
+  }
+  void backward(const std::vector<int>& layers, bool skip_first_data) {
+    for (size_t i = layers.size(); i-- > 0;) {
+      if (i > 0 || !skip_first_data) conv(ConvKind::kBackwardData, layers[i]);
+      conv(ConvKind::kBackwardFilter, layers[i]);
+    }
+  }
+  void inference(const std::vector<int>& layers, bool searching, int tail = 1) {
+    begin(searching);
+    for (int l : layers) conv(ConvKind::kForward, l);
+    end();
+    for (int i = 0; i < tail; ++i) other();
+  }
+
+  const std::vector<Event>& events() const { return events_; }
+  const std::vector<Span>& spans() const { return spans_; }
+  uint64_t next_seq() const { return next_; }
+
+ private:
+  uint64_t next_;
+  bool searching_ = false;
+  std::set<std::pair<ConvKind, int>> searched_;
+  std::vector<Event> events_;
+  std::vector<Span> spans_;
+  std::optional<Span> open_;
+};
+
+struct Outcome {
+  std::optional<DetectedIteration> found;  // the first detection
+  uint64_t fired_at = 0;                   // seq of the call that produced it
+  int detections = 0;
+  std::optional<DetectedIteration> at_end;  // on_end() when nothing was found before
+};
+
+Outcome feed(const std::vector<Event>& events, IterationDetector& d, bool call_end = true) {
+  Outcome o;
+  for (const auto& e : events) {
+    auto r = d.on_call(e.seq, e.exec ? &*e.exec : nullptr);
+    if (!r) continue;
+    ++o.detections;
+    if (!o.found) {
+      o.found = r;
+      o.fired_at = e.seq;
+    }
+  }
+  if (call_end && !o.found) o.at_end = d.on_end();
+  return o;
+}
+
+Outcome feed(const Sequence& s) {
+  IterationDetector d;
+  return feed(s.events(), d);
+}
+
+std::vector<int> iota(int n, int first = 0) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(first + i);
+  return v;
+}
+
+// ResNet-like forward: a unique stem, `blocks` identical blocks of 3 layers, a unique head.
+std::vector<int> resnet_like(int blocks) {
+  std::vector<int> v = {0};
+  for (int b = 0; b < blocks; ++b)
+    for (int l : {1, 2, 3}) v.push_back(l);
+  v.push_back(4);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("iteration: plain training is detected at the start of iteration 3", "[iteration]") {
+  const int tail = GENERATE(0, 1, 3);
+  const int L = GENERATE(1, 2, 4, 7);
+  INFO("L=" << L << " tail=" << tail);
+  Sequence s;
+  for (int it = 0; it < 4; ++it) s.training(iota(L), it == 0, tail);
+  const auto& sp = s.spans();
+  REQUIRE(sp.size() == 4);
+  REQUIRE(sp[0].convolutions == static_cast<size_t>(3 * L - 1));
+  // Iteration 2 starts right after iteration 1's last convolution (its trailing calls and the
+  // set_stream before its first convolution belong to it).
+  REQUIRE(sp[1].first_call == sp[0].last_conv + 1);
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  CHECK(o.fired_at == sp[2].first_conv);
+  CHECK(o.found->first_seq == 0);
+  CHECK(o.found->end_seq == sp[1].first_call);
+  CHECK(o.found->how == "auto");
+  CHECK(o.found->convolutions == static_cast<size_t>(3 * L - 1));
+}
+
+TEST_CASE("iteration: detection is not fooled by the first iteration's extra searches", "[iteration]") {
+  // The first iteration holds many more calls than the others, all of them inside its span.
+  Sequence s;
+  for (int it = 0; it < 3; ++it) s.training(iota(5), it == 0, 0);
+  const auto& sp = s.spans();
+  IterationDetector d;
+  auto o = feed(s.events(), d);
+  REQUIRE(o.found);
+  CHECK(o.found->first_seq == 0);
+  CHECK(o.found->end_seq == sp[0].last_conv + 1);
+  // Iteration 1 has 1 set_stream per convolution plus 3 search calls per (kind, layer).
+  CHECK(o.found->end_seq == 14 * (1 + 1) + 14 * 3);
+  CHECK(d.convolutions_seen() == 3 * 14);
+}
+
+TEST_CASE("iteration: identical repeated blocks do not shorten the iteration", "[iteration]") {
+  const auto layers = resnet_like(5);
+  REQUIRE(layers.size() == 17);
+  Sequence s;
+  for (int it = 0; it < 4; ++it) s.training(layers, it == 0);
+  const auto& sp = s.spans();
+  REQUIRE(sp[0].convolutions == 3 * 17 - 1);
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  CHECK(o.fired_at == sp[2].first_conv);
+  CHECK(o.found->first_seq == 0);
+  CHECK(o.found->end_seq == sp[1].first_call);
+  CHECK(o.found->convolutions == sp[0].convolutions);
+  CHECK(o.found->how == "auto");
+}
+
+TEST_CASE("iteration: a forward-only evaluation pass before training is skipped", "[iteration]") {
+  const auto layers = iota(4);
+  Sequence s;
+  s.inference(layers, true);  // evaluation / warm-up pass, with its searches
+  const Span eval = s.spans()[0];
+  for (int it = 0; it < 4; ++it) s.training(layers, it == 0);
+  const auto& sp = s.spans();  // sp[1] is the first training iteration
+  REQUIRE(sp.size() == 5);
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  INFO("detected [" << o.found->first_seq << ", " << o.found->end_seq << ") at " << o.fired_at << "; expected ["
+                    << eval.last_conv + 1 << ", " << sp[2].first_call << ") at " << sp[3].first_conv);
+  CHECK(o.found->first_seq == eval.last_conv + 1);
+  CHECK(o.found->first_seq == sp[1].first_call);
+  CHECK(o.found->end_seq == sp[2].first_call);
+  CHECK(o.found->convolutions == 3 * 4 - 1);
+  CHECK(o.fired_at == sp[3].first_conv);
+}
+
+TEST_CASE("iteration: a step with two different forward/backward phases (GAN) is one iteration", "[iteration]") {
+  const std::vector<int> g = {0, 1, 2}, dnet = {3, 4, 5};
+  auto gan_step = [&](Sequence& s, bool searching) {
+    s.begin(searching);
+    // Discriminator step: G forward, D on fake and on real, D backward twice.
+    for (int l : g) s.conv(ConvKind::kForward, l);
+    for (int pass = 0; pass < 2; ++pass)
+      for (int l : dnet) s.conv(ConvKind::kForward, l);
+    s.backward(dnet, true);
+    s.backward(dnet, true);
+    // Generator step: D on fake, backward through D and G.
+    for (int l : dnet) s.conv(ConvKind::kForward, l);
+    s.backward(dnet, false);
+    s.backward(g, true);
+    s.end();
+    s.other();
+  };
+  Sequence s;
+  for (int it = 0; it < 4; ++it) gan_step(s, it == 0);
+  const auto& sp = s.spans();
+  const size_t per_step = 3 + 6 + 5 + 5 + 3 + 6 + 5;
+  REQUIRE(sp[0].convolutions == per_step);
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  CHECK(o.fired_at == sp[2].first_conv);
+  CHECK(o.found->first_seq == 0);
+  CHECK(o.found->end_seq == sp[1].first_call);
+  CHECK(o.found->convolutions == per_step);
+  CHECK(o.found->how == "auto");
+}
+
+TEST_CASE("iteration: inference is detected after three copies of one pass", "[iteration]") {
+  // A unique first layer; later layers repeat within the pass.
+  const std::vector<int> pass = {0, 1, 2, 1, 2, 3, 4};
+  Sequence s;
+  for (int it = 0; it < 5; ++it) s.inference(pass, it == 0);
+  const auto& sp = s.spans();
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  CHECK(o.fired_at == sp[2].last_conv);
+  CHECK(o.found->first_seq == 0);
+  CHECK(o.found->end_seq == sp[0].last_conv + 1);
+  CHECK(o.found->end_seq == sp[1].first_call);
+  CHECK(o.found->convolutions == pass.size());
+  CHECK(o.found->how == "auto");
+
+  // Two copies are not enough.
+  Sequence two;
+  for (int it = 0; it < 2; ++it) two.inference(pass, it == 0);
+  IterationDetector d;
+  auto o2 = feed(two.events(), d, false);
+  CHECK_FALSE(o2.found);
+}
+
+TEST_CASE("iteration: inference starting with identical layers gives no period-1 detection", "[iteration]") {
+  // A A B C D, repeated.
+  const std::vector<int> pass = {0, 0, 1, 2, 3};
+  Sequence s;
+  for (int it = 0; it < 4; ++it) s.inference(pass, it == 0);
+  const auto& sp = s.spans();
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  CHECK(o.found->convolutions == 5);
+  CHECK(o.fired_at == sp[2].last_conv);
+  CHECK(o.found->first_seq == 0);
+  CHECK(o.found->end_seq == sp[1].first_call);
+
+  // A B A B A C: no period-2 detection either (the third copy breaks at C).
+  Sequence t;
+  t.inference({0, 1, 0, 1, 0, 2, 3}, true);
+  IterationDetector d;
+  auto ot = feed(t.events(), d, false);
+  CHECK_FALSE(ot.found);
+}
+
+TEST_CASE("iteration: explicit boundaries", "[iteration]") {
+  const auto layers = iota(3);
+  Sequence s(500);
+  s.other();  // cudnnCreate
+  s.other();  // cudnnSetStream
+  s.other();
+  IterationDetector d;
+  auto pre = feed(s.events(), d, false);
+  REQUIRE_FALSE(pre.found);
+
+  // A preamble with no convolution is skipped.
+  const uint64_t start = s.next_seq();
+  CHECK_FALSE(d.on_explicit_boundary(start).has_value());
+  CHECK(d.explicit_mode());
+
+  Sequence it1(start);
+  it1.training(layers, true, 2);
+  REQUIRE_FALSE(feed(it1.events(), d, false).found);
+  auto first = d.on_explicit_boundary(it1.next_seq());
+  REQUIRE(first);
+  CHECK(first->how == "explicit");
+  CHECK(first->first_seq == start);
+  CHECK(first->end_seq == it1.next_seq());
+  CHECK(first->convolutions == 3 * 3 - 1);
+
+  // Automatic detection no longer fires, however often the step repeats.
+  Sequence more(it1.next_seq());
+  for (int it = 0; it < 5; ++it) more.training(layers, false);
+  auto o = feed(more.events(), d, false);
+  CHECK(o.detections == 0);
+  CHECK_FALSE(d.on_end().has_value());
+
+  // The next boundary covers everything since the previous one.
+  auto second = d.on_explicit_boundary(more.next_seq());
+  REQUIRE(second);
+  CHECK(second->how == "explicit");
+  CHECK(second->first_seq == it1.next_seq());
+  CHECK(second->end_seq == more.next_seq());
+  CHECK(second->convolutions == 5 * (3 * 3 - 1));
+}
+
+TEST_CASE("iteration: a first explicit boundary after convolutions covers everything from the start", "[iteration]") {
+  Sequence s(42);
+  s.inference({0, 1, 2}, true);
+  IterationDetector d;
+  REQUIRE_FALSE(feed(s.events(), d, false).found);
+  auto r = d.on_explicit_boundary(s.next_seq());
+  REQUIRE(r);
+  CHECK(r->first_seq == 42);
+  CHECK(r->end_seq == s.next_seq());
+  CHECK(r->convolutions == 3);
+  CHECK(r->how == "explicit");
+  // An immediately repeated boundary covers nothing.
+  CHECK_FALSE(d.on_explicit_boundary(s.next_seq()).has_value());
+}
+
+TEST_CASE("iteration: on_end closes the trailing iteration", "[iteration]") {
+  const auto layers = iota(4);
+  SECTION("two iterations: iteration 1 is found at the end") {
+    Sequence s;
+    for (int it = 0; it < 2; ++it) s.training(layers, it == 0);
+    IterationDetector d;
+    auto o = feed(s.events(), d, false);
+    REQUIRE(o.detections == 0);
+    auto r = d.on_end();
+    REQUIRE(r);
+    CHECK(r->first_seq == 0);
+    CHECK(r->end_seq == s.spans()[1].first_call);
+    CHECK(r->convolutions == 3 * 4 - 1);
+    CHECK(r->how == "auto");
+  }
+  SECTION("one iteration: nothing") {
+    Sequence s;
+    s.training(layers, true);
+    IterationDetector d;
+    auto o = feed(s.events(), d, false);
+    REQUIRE(o.detections == 0);
+    CHECK_FALSE(d.on_end().has_value());
+  }
+  SECTION("two different iterations: nothing") {
+    Sequence s;
+    s.training(layers, true);
+    s.training(iota(4, 10), true);
+    IterationDetector d;
+    REQUIRE(feed(s.events(), d, false).detections == 0);
+    CHECK_FALSE(d.on_end().has_value());
+  }
+  SECTION("no calls at all: nothing") {
+    IterationDetector d;
+    CHECK_FALSE(d.on_end().has_value());
+  }
+}
+
+TEST_CASE("iteration: a stream that never repeats gives nothing", "[iteration]") {
+  SECTION("training") {
+    Sequence s;
+    for (int it = 0; it < 6; ++it) s.training(iota(4, 10 * it), it == 0);
+    auto o = feed(s);
+    CHECK(o.detections == 0);
+    CHECK_FALSE(o.at_end.has_value());
+  }
+  SECTION("training with a changing number of layers") {
+    Sequence s;
+    for (int it = 0; it < 6; ++it) s.training(iota(3 + it), it == 0);
+    auto o = feed(s);
+    CHECK(o.detections == 0);
+    CHECK_FALSE(o.at_end.has_value());
+  }
+  SECTION("inference") {
+    Sequence s;
+    for (int it = 0; it < 6; ++it) s.inference(iota(5, 10 * it), it == 0);
+    auto o = feed(s);
+    CHECK(o.detections == 0);
+    CHECK_FALSE(o.at_end.has_value());
+  }
+}

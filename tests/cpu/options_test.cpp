@@ -1,0 +1,214 @@
+// parse_options() over a fake environment: defaults, enum normalisation, bad values (one error,
+// forced pass-through), empty values, unknown VCUDNN_* names; option_specs() order; expand_path.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/options.h"
+
+namespace {
+
+using vcudnn::LogLevel;
+using vcudnn::OptionSource;
+using vcudnn::Policy;
+
+// A fake environment: only the variables in `env` are set.
+vcudnn::Options parse(const std::map<std::string, std::string>& env, const std::vector<std::string>& names = {}) {
+  return vcudnn::parse_options(
+      [&env](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      names);
+}
+
+std::vector<std::string> split_bars(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t bar = s.find('|', start);
+    out.push_back(s.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  return out;
+}
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+const vcudnn::OptionSpec& spec(vcudnn::OptionId id) { return vcudnn::option_specs()[id]; }
+
+}  // namespace
+
+TEST_CASE("options: defaults when nothing is set", "[options]") {
+  const auto o = parse({});
+  CHECK(o.errors.empty());
+  CHECK(o.warnings.empty());
+  CHECK(o.policy == Policy::kRecord);
+  CHECK(o.log_level == LogLevel::kInfo);
+  for (const auto& s : vcudnn::option_specs()) {
+    INFO(s.env);
+    CHECK(o.get(s.id) == s.default_value);
+    CHECK(o.source[s.id] == OptionSource::kDefault);
+  }
+  CHECK(o.get(vcudnn::kPolicy) == "record");
+  CHECK(o.get(vcudnn::kLogLevel) == "info");
+  CHECK(o.get(vcudnn::kTrace).empty());
+}
+
+TEST_CASE("options: specs table is consistent", "[options]") {
+  const auto& specs = vcudnn::option_specs();
+  REQUIRE(specs.size() == static_cast<size_t>(vcudnn::kOptionCount));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO(specs[i].env);
+    CHECK(static_cast<size_t>(specs[i].id) == i);
+    CHECK(std::string(specs[i].env).rfind("VCUDNN_", 0) == 0);
+    if (specs[i].type == vcudnn::OptionType::kEnum) {
+      auto accepted = split_bars(specs[i].accepted);
+      CHECK(std::find(accepted.begin(), accepted.end(), specs[i].default_value) != accepted.end());
+    }
+  }
+}
+
+TEST_CASE("options: accepted lists follow the Policy and LogLevel enum order", "[options]") {
+  const auto policies = split_bars(spec(vcudnn::kPolicy).accepted);
+  REQUIRE(policies.size() == 2);
+  CHECK(policies[static_cast<int>(Policy::kPassthrough)] == "passthrough");
+  CHECK(policies[static_cast<int>(Policy::kRecord)] == "record");
+
+  const auto levels = split_bars(spec(vcudnn::kLogLevel).accepted);
+  REQUIRE(levels.size() == 6);
+  CHECK(levels[static_cast<int>(LogLevel::kTrace)] == "trace");
+  CHECK(levels[static_cast<int>(LogLevel::kDebug)] == "debug");
+  CHECK(levels[static_cast<int>(LogLevel::kInfo)] == "info");
+  CHECK(levels[static_cast<int>(LogLevel::kWarn)] == "warn");
+  CHECK(levels[static_cast<int>(LogLevel::kError)] == "error");
+  CHECK(levels[static_cast<int>(LogLevel::kOff)] == "off");
+
+  // And the parser maps the i-th accepted value to the i-th enumerator.
+  for (size_t i = 0; i < policies.size(); ++i) {
+    auto o = parse({{"VCUDNN_POLICY", policies[i]}});
+    CHECK(static_cast<size_t>(o.policy) == i);
+  }
+  for (size_t i = 0; i < levels.size(); ++i) {
+    auto o = parse({{"VCUDNN_LOG_LEVEL", levels[i]}});
+    CHECK(static_cast<size_t>(o.log_level) == i);
+  }
+}
+
+TEST_CASE("options: enums are case-insensitive and trimmed", "[options]") {
+  for (const auto& s : vcudnn::option_specs()) {
+    if (s.type != vcudnn::OptionType::kEnum) continue;
+    const auto accepted = split_bars(s.accepted);
+    for (size_t i = 0; i < accepted.size(); ++i) {
+      for (const std::string& raw :
+           {upper(accepted[i]), " \t" + accepted[i] + "  \n", "  " + upper(accepted[i]) + " "}) {
+        INFO(s.env << "=\"" << raw << "\"");
+        auto o = parse({{s.env, raw}});
+        CHECK(o.errors.empty());
+        CHECK(o.get(s.id) == accepted[i]);
+        CHECK(o.source[s.id] == OptionSource::kEnvironment);
+        if (s.id == vcudnn::kPolicy) CHECK(static_cast<size_t>(o.policy) == i);
+        if (s.id == vcudnn::kLogLevel) CHECK(static_cast<size_t>(o.log_level) == i);
+      }
+    }
+  }
+  auto mixed = parse({{"VCUDNN_POLICY", " PassThrough "}, {"VCUDNN_LOG_LEVEL", "DeBuG"}});
+  CHECK(mixed.policy == Policy::kPassthrough);
+  CHECK(mixed.log_level == LogLevel::kDebug);
+  CHECK(mixed.source[vcudnn::kPolicy] == OptionSource::kEnvironment);
+}
+
+TEST_CASE("options: paths are trimmed but keep their case", "[options]") {
+  auto o = parse({{"VCUDNN_TRACE", "  /tmp/My Trace-%p.JSON\t"}, {"VCUDNN_LOG_FILE", "/Var/Log/X.log"}});
+  CHECK(o.errors.empty());
+  CHECK(o.get(vcudnn::kTrace) == "/tmp/My Trace-%p.JSON");
+  CHECK(o.source[vcudnn::kTrace] == OptionSource::kEnvironment);
+  CHECK(o.get(vcudnn::kLogFile) == "/Var/Log/X.log");
+  CHECK(o.policy == Policy::kRecord);
+}
+
+TEST_CASE("options: a bad enum value is one error naming the variable, the value and the accepted values",
+          "[options]") {
+  for (auto id : {vcudnn::kPolicy, vcudnn::kLogLevel}) {
+    const auto& s = spec(id);
+    INFO(s.env);
+    const std::string bad = "Recrod-Bogus";
+    // Another valid setting alongside: the bad value still forces pass-through.
+    std::map<std::string, std::string> env = {{s.env, bad}};
+    if (id != vcudnn::kPolicy) env["VCUDNN_POLICY"] = "record";
+    auto o = parse(env);
+    REQUIRE(o.errors.size() == 1);
+    const std::string& e = o.errors[0];
+    CHECK_THAT(e, Catch::Contains(s.env));
+    CHECK_THAT(e, Catch::Contains(bad));
+    for (const auto& a : split_bars(s.accepted)) CHECK_THAT(e, Catch::Contains(a));
+    CHECK(o.warnings.empty());
+    CHECK(o.policy == Policy::kPassthrough);
+    CHECK(o.get(vcudnn::kPolicy) == "passthrough");
+    CHECK(o.source[vcudnn::kPolicy] == OptionSource::kFallback);
+    if (id == vcudnn::kLogLevel) {
+      CHECK(o.log_level == LogLevel::kInfo);  // the bad value is not used
+      CHECK(o.get(vcudnn::kLogLevel) == "info");
+    }
+  }
+  // Two bad values: two errors, still pass-through.
+  auto both = parse({{"VCUDNN_POLICY", "x"}, {"VCUDNN_LOG_LEVEL", "y"}});
+  CHECK(both.errors.size() == 2);
+  CHECK(both.policy == Policy::kPassthrough);
+  CHECK(both.source[vcudnn::kPolicy] == OptionSource::kFallback);
+}
+
+TEST_CASE("options: an empty or blank value means unset", "[options]") {
+  for (const std::string v : {"", "   ", "\t\n"}) {
+    INFO("value \"" << v << "\"");
+    auto o = parse({{"VCUDNN_POLICY", v}, {"VCUDNN_LOG_LEVEL", v}, {"VCUDNN_TRACE", v}});
+    CHECK(o.errors.empty());
+    CHECK(o.policy == Policy::kRecord);
+    CHECK(o.log_level == LogLevel::kInfo);
+    CHECK(o.source[vcudnn::kPolicy] == OptionSource::kDefault);
+    CHECK(o.source[vcudnn::kLogLevel] == OptionSource::kDefault);
+    CHECK(o.source[vcudnn::kTrace] == OptionSource::kDefault);
+    CHECK(o.get(vcudnn::kTrace).empty());
+  }
+}
+
+TEST_CASE("options: unknown VCUDNN_* names are warnings, not errors", "[options]") {
+  std::vector<std::string> names = {"VCUDNN_POLICY", "VCUDNN_POLCY", "VCUDNN_TRACE"};
+  auto o = parse({{"VCUDNN_POLICY", "passthrough"}, {"VCUDNN_POLCY", "record"}}, names);
+  REQUIRE(o.warnings.size() == 1);
+  CHECK_THAT(o.warnings[0], Catch::Contains("VCUDNN_POLCY"));
+  CHECK(o.errors.empty());
+  CHECK(o.policy == Policy::kPassthrough);
+  CHECK(o.source[vcudnn::kPolicy] == OptionSource::kEnvironment);
+
+  auto unchanged = parse({}, {"VCUDNN_FOO", "VCUDNN_BAR"});
+  REQUIRE(unchanged.warnings.size() == 2);
+  CHECK_THAT(unchanged.warnings[0], Catch::Contains("VCUDNN_FOO"));
+  CHECK_THAT(unchanged.warnings[1], Catch::Contains("VCUDNN_BAR"));
+  CHECK(unchanged.errors.empty());
+  CHECK(unchanged.policy == Policy::kRecord);
+  CHECK(unchanged.source[vcudnn::kPolicy] == OptionSource::kDefault);
+
+  // Every known name is accepted silently.
+  std::vector<std::string> known;
+  for (const auto& s : vcudnn::option_specs()) known.emplace_back(s.env);
+  CHECK(parse({}, known).warnings.empty());
+}
+
+TEST_CASE("options: expand_path replaces %p with the process id", "[options]") {
+  const std::string pid = std::to_string(::getpid());
+  CHECK(vcudnn::expand_path("/tmp/trace-%p.json") == "/tmp/trace-" + pid + ".json");
+  CHECK(vcudnn::expand_path("%p") == pid);
+  CHECK(vcudnn::expand_path("a%pb%pc") == "a" + pid + "b" + pid + "c");
+  CHECK(vcudnn::expand_path("") == "");
+  CHECK(vcudnn::expand_path("/plain/path.json") == "/plain/path.json");
+  CHECK(vcudnn::expand_path("100% %d %s %P p%") == "100% %d %s %P p%");
+}

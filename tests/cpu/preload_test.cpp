@@ -1,0 +1,154 @@
+// libvcudnn.so preloaded into a real process (no GPU needed): statuses are the real library's,
+// the resolution order works when cuDNN is loaded RTLD_LOCAL, bad settings fall back to
+// pass-through with one clear error, and the load/exit lines say what happened.
+#include <catch2/catch.hpp>
+
+#include <cudnn.h>
+
+#include <filesystem>
+
+#include "planner/trace.h"
+#include "tests/common/test_util.h"
+
+using namespace vcudnn::test;
+
+namespace {
+
+std::string client() { return exe_dir() + "/vcudnn_preload_client"; }
+
+ProcessResult run_client(const std::string& mode, std::map<std::string, std::optional<std::string>> env) {
+  env.emplace("LD_PRELOAD", libvcudnn_path());
+  env.emplace("VCUDNN_POLICY", std::nullopt);
+  env.emplace("VCUDNN_TRACE", std::nullopt);
+  env.emplace("VCUDNN_LOG_LEVEL", std::nullopt);
+  env.emplace("VCUDNN_CUDNN_LIBRARY", std::nullopt);
+  return run_process({client(), mode}, env);
+}
+
+}  // namespace
+
+TEST_CASE("interposed calls return exactly what the real cuDNN returns", "[preload]") {
+  TempDir tmp;
+  auto r = run_client("statuses", {{"VCUDNN_LOG_FILE", tmp.file("log")}});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(grep(r.out, "interposed=yes").size() == 1);
+  CHECK(grep(r.out, "hooked=").size() == 16);
+  CHECK(grep(r.out, "all_equal=yes").size() == 1);
+
+  const std::string log = read_file(tmp.file("log"));
+  INFO(log);
+  // cuDNN was loaded RTLD_LOCAL: RTLD_NEXT misses it, RTLD_NOLOAD finds it.
+  auto active = grep(log, "active: policy=record");
+  REQUIRE(active.size() == 1);
+  CHECK(active[0].find("already loaded as libcudnn.so.9") != std::string::npos);
+  auto exit_line = grep(log, "exit: ");
+  REQUIRE(exit_line.size() == 1);
+  for (const char* k : {"create", "destroy", "set_stream", "get_stream", "conv_fwd", "conv_bwd_data", "conv_bwd_filter",
+                        "find_algo_ex_fwd", "find_algo_ex_bwd_filter", "ws_size_bwd_data", "max_count_fwd"})
+    CHECK(counter_value(exit_line[0], k) == 1);
+  CHECK(exit_line[0].find("exit: 16 calls") != std::string::npos);
+  CHECK(counter_value(exit_line[0], "get_algo_v7_fwd") == -1);  // never called: not listed
+}
+
+TEST_CASE("without the preload nothing is interposed", "[preload]") {
+  auto r = run_process({client(), "statuses"}, {{"LD_PRELOAD", std::nullopt}});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(grep(r.out, "interposed=no").size() == 1);
+  CHECK(r.err.find("vcudnn") == std::string::npos);
+}
+
+TEST_CASE("a bad setting gives one error naming it and vcudnn passes through", "[preload][options]") {
+  TempDir tmp;
+  auto r = run_client(
+      "statuses",
+      {{"VCUDNN_POLICY", "sometimes"}, {"VCUDNN_LOG_FILE", tmp.file("log")}, {"VCUDNN_TRACE", tmp.file("t.json")}});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(grep(r.out, "all_equal=yes").size() == 1);
+  const std::string log = read_file(tmp.file("log"));
+  INFO(log);
+  auto errors = grep(log, "VCUDNN_POLICY");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].find("error") != std::string::npos);
+  CHECK(errors[0].find("sometimes") != std::string::npos);
+  CHECK(errors[0].find("passthrough, record") != std::string::npos);
+  CHECK(grep(log, "active: policy=passthrough").size() == 1);
+  CHECK(grep(log, "conv_fwd=1").size() == 1);                // still counted
+  CHECK_FALSE(std::filesystem::exists(tmp.file("t.json")));  // pass-through records nothing
+}
+
+TEST_CASE("the recorder writes a trace even when no iteration completes", "[preload][trace]") {
+  TempDir tmp;
+  auto r = run_client("statuses", {{"VCUDNN_TRACE", tmp.file("trace-%p.json")}, {"VCUDNN_LOG_FILE", tmp.file("log")}});
+  INFO(r.out << r.err << read_file(tmp.file("log")));
+  REQUIRE(r.exit_code == 0);
+  std::string path;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    if (e.path().filename().string().rfind("trace-", 0) == 0) path = e.path().string();
+  REQUIRE_FALSE(path.empty());  // %p expanded to the pid
+  auto trace = vcudnn::read_trace(path);
+  REQUIRE(trace.ok());
+  const vcudnn::Trace& t = trace.value();
+  CHECK_FALSE(t.complete);
+  CHECK(t.detected_by == "none");
+  CHECK(t.calls.size() == 16);
+  int convs = 0;
+  for (const auto& c : t.calls) {
+    if (c.kind != vcudnn::CallKind::kConvolution) continue;
+    ++convs;
+    CHECK(c.status != 0);  // null handle: rejected by cuDNN, recorded as such
+    CHECK(c.layer == 0);   // all three calls are the same layer
+    CHECK_FALSE(c.gpu_ms.has_value());
+  }
+  CHECK(convs == 3);
+  REQUIRE(t.layers.size() == 1);
+  CHECK(t.layers[0].x.dims[1] == 3);
+  CHECK(t.layers[0].w.dims[0] == 4);
+  CHECK(grep(read_file(tmp.file("log")), "complete=false").size() == 1);
+}
+
+TEST_CASE("VCUDNN_CUDNN_LIBRARY is used only when the process has no cuDNN", "[preload][options]") {
+  TempDir tmp;
+  SECTION("unset: the soname") {
+    auto r = run_client("self", {{"VCUDNN_LOG_FILE", tmp.file("log")}});
+    INFO(r.out << r.err << read_file(tmp.file("log")));
+    CHECK(r.exit_code == 0);
+    CHECK(grep(read_file(tmp.file("log")), "(dlopen(libcudnn.so.9))").size() == 1);
+    CHECK(grep(r.out, "status=" + std::to_string(CUDNN_STATUS_BAD_PARAM)).size() == 1);  // the real cuDNN answered
+  }
+  SECTION("pointing at vcudnn itself is refused") {
+    auto r = run_client("self", {{"VCUDNN_LOG_FILE", tmp.file("log")}, {"VCUDNN_CUDNN_LIBRARY", libvcudnn_path()}});
+    const std::string log = read_file(tmp.file("log"));
+    INFO(r.out << r.err << log);
+    CHECK(r.exit_code == 0);
+    CHECK(grep(log, "is vcudnn itself").size() >= 1);
+    CHECK(grep(r.out, "status=" + std::to_string(CUDNN_STATUS_NOT_INITIALIZED)).size() == 1);  // no crash
+  }
+  SECTION("a missing file gives a clear error, no crash") {
+    auto r = run_client("self",
+                        {{"VCUDNN_LOG_FILE", tmp.file("log")}, {"VCUDNN_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9"}});
+    const std::string log = read_file(tmp.file("log"));
+    INFO(r.out << r.err << log);
+    CHECK(r.exit_code == 0);
+    CHECK(grep(log, "dlopen(/nonexistent/libcudnn.so.9) failed").size() >= 1);
+    CHECK(grep(r.out, "status=" + std::to_string(CUDNN_STATUS_NOT_INITIALIZED)).size() == 1);
+  }
+}
+
+TEST_CASE("a process that never calls cuDNN prints nothing", "[preload]") {
+  auto r = run_client("none", {});
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("VCUDNN_LOG_LEVEL=off silences vcudnn; the default prints two lines", "[preload][options]") {
+  auto quiet = run_client("statuses", {{"VCUDNN_LOG_LEVEL", "OFF"}, {"VCUDNN_LOG_FILE", std::nullopt}});
+  CHECK(quiet.exit_code == 0);
+  CHECK(quiet.err.find("vcudnn") == std::string::npos);
+  auto normal = run_client("statuses", {{"VCUDNN_LOG_FILE", std::nullopt}});
+  INFO(normal.err);
+  CHECK(grep(normal.err, "vcudnn[").size() == 2);  // load line and exit line, nothing per call
+}

@@ -1,0 +1,48 @@
+"""Trains torchvision's resnet18 for a few iterations on fixed random data and prints one JSON
+line: the losses (exact, as float.hex), versions and device. Run by pytorch_test.cpp with and
+without LD_PRELOAD=libvcudnn.so; set TORCH_CUDNN_V8_API_DISABLED=1 for cuDNN's legacy API."""
+import argparse
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--benchmark", action="store_true", help="torch.backends.cudnn.benchmark=True")
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = args.benchmark
+    torch.backends.cudnn.deterministic = not args.benchmark
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, 3, args.size, args.size, generator=gen).cuda()
+    y = torch.randint(0, 10, (args.batch,), generator=gen).cuda()
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(args.iters):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    torch.cuda.synchronize()
+    print(json.dumps({
+        "losses": [float.hex(v) for v in losses],
+        "loss_values": losses,
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "device": torch.cuda.get_device_name(),
+        "legacy_api": os.environ.get("TORCH_CUDNN_V8_API_DISABLED") == "1",
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
