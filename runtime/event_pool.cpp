@@ -18,6 +18,7 @@ cudaEvent_t EventPool::acquire(int device) {
   }
   const RealCudart& rt = real_cudart();
   if (!rt.cudaEventCreateWithFlags) return nullptr;
+  RelaxedCapture relaxed;
   cudaEvent_t e = nullptr;
   if (rt.cudaEventCreateWithFlags(&e, cudaEventDefault) != cudaSuccess) return nullptr;
   return e;

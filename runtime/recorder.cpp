@@ -1,6 +1,7 @@
-// The recorder. Hot-path rules: no host synchronization, no CUDA call while the caller's stream
-// is capturing a graph (its events would become graph nodes), our own CUDA calls in relaxed
-// capture mode (RelaxedCapture), and a single mutex held only for bookkeeping.
+// The recorder. Hot-path rules: no host synchronization; no event recorded while the caller's
+// stream captures a graph (it would become a graph node); the calls that global-mode capture on
+// another thread forbids (event query, create) run in relaxed capture mode (RelaxedCapture); a
+// single mutex held only for bookkeeping.
 #include "runtime/recorder.h"
 
 #include <sys/syscall.h>
@@ -30,6 +31,10 @@ uint32_t intern(std::unordered_map<uint64_t, uint32_t>& index, std::vector<uint6
 }
 
 uint64_t as_u64(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// While recording, finished events are collected once this many are pending: often enough to
+// keep the pool small, rarely enough to keep event queries off most calls.
+constexpr size_t kResolveBatch = 64;
 
 std::string program_name() {
   std::ifstream in("/proc/self/cmdline");
@@ -93,7 +98,6 @@ Recorder::ConvProbe Recorder::before_convolution_impl(const ConvCall& call) {
   const RealCudart& rt = real_cudart();
   if (real().cudnnGetStream && real().cudnnGetStream(call.handle, &p.stream) != CUDNN_STATUS_SUCCESS) return p;
   if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return p;
-  RelaxedCapture relaxed;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (rt.cudaStreamIsCapturing(p.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
     p.captured = true;  // never add work to a graph being captured
@@ -232,7 +236,7 @@ void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
   const uint64_t seq = c.seq;
   if (rec.end) pending_.push_back(calls_.size());
   calls_.push_back(std::move(rec));
-  resolve(/*final=*/false);  // keeps the number of events in flight bounded
+  if (pending_.size() >= kResolveBatch) resolve(/*final=*/false);  // bounds the events in flight
   if (auto found = detector_.on_call(seq, exec ? &item : nullptr)) {
     on_detected(*found);
   } else if (calls_.size() >= config_.max_calls) {

@@ -20,11 +20,11 @@ CONFIGS = [
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--rounds", type=int, default=40)
-    p.add_argument("--quick", action="store_true", help="10 rounds")
+    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--quick", action="store_true", help="20 rounds")
     p.add_argument("--out", default=os.path.join(benchlib.ROOT, "scripts/bench/results/passthrough_overhead.json"))
     args = p.parse_args()
-    rounds = 10 if args.quick else args.rounds
+    rounds = 20 if args.quick else args.rounds
     binary = os.path.join(benchlib.build_bin(), "vcudnn_bench_passthrough")
     lib = os.path.join(benchlib.build_bin(), "libvcudnn.so")
     runs = {}
@@ -42,13 +42,17 @@ def main():
         runs[name] = json.loads(proc.stdout.strip().splitlines()[-1])
 
     calls = list(runs["passthrough"]["calls"].keys())
-    print("\nµs per call (median of %d interleaved rounds); overhead = hooked − direct in the same process" % rounds)
+    print("\nµs per call; Δ = hooked − direct in the same process, median of %d paired rounds [p25, p75]" % rounds)
     print(f"| call | direct | no vcudnn: Δ (noise) | passthrough: Δ | record (steady): Δ |")
     print("|---|---:|---:|---:|---:|")
+
+    def cell(n, c):
+        r = runs[n]["calls"][c]
+        return f"{r['overhead_us']:+.3f} [{r['overhead_p25_us']:+.2f}, {r['overhead_p75_us']:+.2f}]"
+
     for c in calls:
         d = runs["passthrough"]["calls"][c]["direct_us"]
-        row = [f"{runs[n]['calls'][c]['overhead_us']:+.3f}" for n, _ in CONFIGS]
-        print(f"| {c} | {d:.3f} | {row[0]} | {row[1]} | {row[2]} |")
+        print(f"| {c} | {d:.3f} | {cell(CONFIGS[0][0], c)} | {cell(CONFIGS[1][0], c)} | {cell(CONFIGS[2][0], c)} |")
     rec = runs["record"]["first_calls_distinct_shapes"]
     print(f"| conv_fwd while recording ({rec['count']} distinct shapes) | {rec['direct_us']:.3f} | "
           f"{runs['no vcudnn']['first_calls_distinct_shapes']['overhead_us']:+.3f} | "

@@ -17,30 +17,31 @@
 #include <string>
 #include <vector>
 
-#define CHECK_CUDA(e)                                                          \
-  do {                                                                         \
-    cudaError_t s_ = (e);                                                      \
-    if (s_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s: %s\n", #e, cudaGetErrorString(s_));            \
-      std::exit(1);                                                            \
-    }                                                                          \
+#define CHECK_CUDA(e)                                               \
+  do {                                                              \
+    cudaError_t s_ = (e);                                           \
+    if (s_ != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #e, cudaGetErrorString(s_)); \
+      std::exit(1);                                                 \
+    }                                                               \
   } while (0)
-#define CHECK_CUDNN(e)                                                         \
-  do {                                                                         \
-    cudnnStatus_t s_ = (e);                                                    \
-    if (s_ != CUDNN_STATUS_SUCCESS) {                                          \
-      std::fprintf(stderr, "%s: %s\n", #e, cudnnGetErrorString(s_));           \
-      std::exit(1);                                                            \
-    }                                                                          \
+#define CHECK_CUDNN(e)                                               \
+  do {                                                               \
+    cudnnStatus_t s_ = (e);                                          \
+    if (s_ != CUDNN_STATUS_SUCCESS) {                                \
+      std::fprintf(stderr, "%s: %s\n", #e, cudnnGetErrorString(s_)); \
+      std::exit(1);                                                  \
+    }                                                                \
   } while (0)
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
 struct Fns {
@@ -88,7 +89,7 @@ double time_batch(int batch, cudaStream_t s, F&& call) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 40, batch = 200, distinct = 400;
+  int rounds = 100, batch = 200, distinct = 400;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
@@ -149,7 +150,8 @@ int main(int argc, char** argv) {
     const char* name;
     std::vector<double> hooked, direct;
   };
-  std::vector<Series> series{{"conv_fwd", {}, {}}, {"set_stream", {}, {}}, {"ws_size", {}, {}}, {"get_algo_v7", {}, {}}};
+  std::vector<Series> series{
+      {"conv_fwd", {}, {}}, {"set_stream", {}, {}}, {"ws_size", {}, {}}, {"get_algo_v7", {}, {}}};
   size_t ws = 0;
   int n_algo = 0;
   cudnnConvolutionFwdAlgoPerf_t perf[16];
@@ -172,12 +174,21 @@ int main(int argc, char** argv) {
   out["hooked_symbol_in"] = hooked_in;
   out["rounds"] = rounds;
   out["batch"] = batch;
+  // Overhead = median of the per-round differences: the two timings of a round are taken back
+  // to back, so slow drifts of the machine cancel.
   for (const auto& sr : series) {
-    const double mh = median(sr.hooked), md = median(sr.direct);
-    out["calls"][sr.name] = {{"hooked_us", mh}, {"direct_us", md}, {"overhead_us", mh - md}};
+    std::vector<double> diff;
+    for (size_t i = 0; i < sr.hooked.size(); ++i) diff.push_back(sr.hooked[i] - sr.direct[i]);
+    out["calls"][sr.name] = {{"hooked_us", quantile(sr.hooked, 0.5)},
+                             {"direct_us", quantile(sr.direct, 0.5)},
+                             {"overhead_us", quantile(diff, 0.5)},
+                             {"overhead_p25_us", quantile(diff, 0.25)},
+                             {"overhead_p75_us", quantile(diff, 0.75)}};
   }
-  out["first_calls_distinct_shapes"] = {
-      {"count", distinct}, {"hooked_us", rec_hooked}, {"direct_us", rec_direct}, {"overhead_us", rec_hooked - rec_direct}};
+  out["first_calls_distinct_shapes"] = {{"count", distinct},
+                                        {"hooked_us", rec_hooked},
+                                        {"direct_us", rec_direct},
+                                        {"overhead_us", rec_hooked - rec_direct}};
   std::printf("%s\n", out.dump().c_str());
   CHECK_CUDNN(cudnnDestroy(h));
   return 0;

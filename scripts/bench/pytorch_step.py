@@ -43,17 +43,17 @@ def main():
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=224)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--reps", type=int, default=2, help="worker pairs")
-    p.add_argument("--quick", action="store_true", help="batch 32, 20 steps, 1 pair")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--reps", type=int, default=3, help="worker pairs, alternating order")
+    p.add_argument("--quick", action="store_true", help="batch 32, 30 steps, 1 pair")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=os.path.join(benchlib.ROOT, "scripts/bench/results/pytorch_step.json"))
     args = p.parse_args()
     if args.worker:
         return worker(args)
     if args.quick:
-        args.batch, args.steps, args.reps = 32, 20, 1
+        args.batch, args.steps, args.reps = 32, 30, 1
     lib = os.path.join(benchlib.build_bin(), "libvcudnn.so")
     steps = {"alone": [], "vcudnn": []}
     peak = {}

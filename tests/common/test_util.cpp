@@ -23,7 +23,7 @@ namespace vcudnn::test {
 std::string exe_dir() { return std::filesystem::canonical("/proc/self/exe").parent_path().string(); }
 
 std::string source_dir() {
-  if (const char* s = std::getenv("VCUDNN_SOURCE_DIR"); s && *s) return s;
+  if (const char* s = std::getenv("VCUDNN_TEST_SOURCE_DIR"); s && *s) return s;
   return std::filesystem::canonical(std::filesystem::path(exe_dir()) / ".." / "..").string();
 }
 

@@ -12,7 +12,7 @@ namespace vcudnn::test {
 
 // Folder of the running executable (build/bin).
 std::string exe_dir();
-// The source tree: $VCUDNN_SOURCE_DIR, else two levels above build/bin.
+// The source tree: $VCUDNN_TEST_SOURCE_DIR, else two levels above build/bin.
 std::string source_dir();
 // build/bin/libvcudnn.so
 std::string libvcudnn_path();

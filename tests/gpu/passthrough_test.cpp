@@ -119,11 +119,12 @@ TEST_CASE("pass-through is bitwise identical: direct, preloaded, wrapped handle"
     CHECK(t.layers.size() == kLayers);
     CHECK(t.threads.size() == 1);
     CHECK(t.handles.size() == 1);
-    CHECK(t.streams.size() == 1);
-    CHECK(t.first_seq == 0);  // iteration 1, with the algorithm searches that precede it
+    CHECK(t.streams.size() == 2);  // the new handle's default stream (0), then the client's stream
+    CHECK(t.first_seq == 0);       // iteration 1, with the algorithm searches that precede it
     std::map<ConvKind, int> convs;
     int searches = 0;
     std::set<int32_t> layers_seen;
+    std::set<uint32_t> conv_streams;
     for (const auto& c : t.calls) {
       if (c.kind == CallKind::kFindAlgorithmEx || c.kind == CallKind::kGetAlgorithmV7) ++searches;
       if (c.kind != CallKind::kConvolution) continue;
@@ -136,6 +137,7 @@ TEST_CASE("pass-through is bitwise identical: direct, preloaded, wrapped handle"
       CHECK(c.ptrs[kPtrWorkspace] != 0);
       CHECK(c.layer >= 0);
       layers_seen.insert(c.layer);
+      conv_streams.insert(c.stream);
       const auto& L = t.layers.at(c.layer);
       if (c.conv == ConvKind::kForward && L.x.dims[1] == 32 && L.w.dims[2] == 1) CHECK(c.alpha == 0.5);
       if (c.conv == ConvKind::kBackwardFilter && L.conv.groups == 4) CHECK(c.beta == 1.0);
@@ -145,6 +147,8 @@ TEST_CASE("pass-through is bitwise identical: direct, preloaded, wrapped handle"
     CHECK(convs[ConvKind::kBackwardData] == kLayers - 1);
     CHECK(convs[ConvKind::kBackwardFilter] == kLayers);
     CHECK(layers_seen.size() == kLayers);
+    REQUIRE(conv_streams.size() == 1);
+    CHECK(t.streams.at(*conv_streams.begin()) != 0);
     CHECK(searches == 6 * kLayers);
     bool has_nhwc = false, has_3d = false;
     for (const auto& L : t.layers) {

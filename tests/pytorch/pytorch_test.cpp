@@ -59,9 +59,9 @@ void check_trace(const std::string& path, bool expect_find_ex) {
   CHECK(t.detected_by == "auto");
   CHECK(t.first_seq == 0);  // iteration 1, whose algorithm searches come before its convolutions
   std::map<ConvKind, int> convs;
-  int get_v7 = 0, find_ex = 0, untimed = 0;
+  int ws_queries = 0, find_ex = 0, untimed = 0;
   for (const auto& c : t.calls) {
-    if (c.kind == CallKind::kGetAlgorithmV7) ++get_v7;
+    if (c.kind == CallKind::kGetWorkspaceSize) ++ws_queries;
     if (c.kind == CallKind::kFindAlgorithmEx) ++find_ex;
     if (c.kind != CallKind::kConvolution) continue;
     ++convs[c.conv];
@@ -75,10 +75,14 @@ void check_trace(const std::string& path, bool expect_find_ex) {
   // resnet18 has 11 distinct convolution shapes; each is one layer for all three kinds.
   CHECK(t.layers.size() == 11);
   CHECK(t.threads.size() == 2);  // forward on the Python thread, backward on autograd's
-  if (expect_find_ex)
-    CHECK(find_ex > 0);
-  else
-    CHECK(get_v7 > 0);
+  // Without cudnn.benchmark PyTorch queries the workspace size before every convolution; with it,
+  // it searches (FindEx) each of the 11 shapes during iteration 1 instead.
+  if (expect_find_ex) {
+    CHECK(find_ex >= 11);
+  } else {
+    CHECK(find_ex == 0);
+    CHECK(ws_queries >= kFwd + kBwdData + kBwdFilter);
+  }
   auto cli = run_process({exe_dir() + "/vcudnn", "trace", path, "--require-complete"});
   INFO(cli.out << cli.err);
   CHECK(cli.exit_code == 0);
@@ -118,12 +122,16 @@ TEST_CASE("resnet18 with cudnn.benchmark: first-iteration search, complete trace
   Run with = train(true, true, tmp, "bench");
   INFO(with.proc.out << with.proc.err << with.log);
   REQUIRE(with.proc.exit_code == 0);
-  // The search picks algorithms by timing, so the two runs may use different ones: losses agree
-  // to fp32 reassociation over 5 SGD steps, not bit for bit.
+  // The search picks algorithms by timing, so two runs (with or without vcudnn) may use different
+  // ones, and SGD amplifies the difference step by step. The first loss comes from the same
+  // weights and data: it agrees to TF32 reassociation (cuDNN's default for fp32 convolutions in
+  // PyTorch, 10-bit mantissa), 1e-3 relative. Later losses only need to be finite and falling.
   const auto a = alone.result.at("loss_values").get<std::vector<double>>();
   const auto b = with.result.at("loss_values").get<std::vector<double>>();
   REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= 1e-3 * std::abs(a[i]));
+  CHECK(std::abs(a[0] - b[0]) <= 1e-3 * std::abs(a[0]));
+  for (double v : b) CHECK(std::isfinite(v));
+  CHECK(b.back() < 0.5 * b.front());
   check_summary(with.log);
   check_trace(tmp.file("bench.json"), true);
 }
