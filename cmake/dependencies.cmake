@@ -6,6 +6,7 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+find_package(SQLite3 REQUIRED)          # the benchmark cache (micro-batching) links it; the only run-time dependency allowed
 
 # spdlog's packaged header-only target links the compiled libfmt; build our own.
 add_library(vcudnn_spdlog INTERFACE)
