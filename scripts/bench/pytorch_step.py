@@ -6,6 +6,7 @@ pairs of workers of their median step times. Prints a table, writes JSON."""
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,8 @@ def worker(args):
     import torch.nn.functional as F
     import torchvision
 
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 8:
+        os.sched_setaffinity(0, set(range(2, 8)))  # same cores for every worker: less placement noise
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
     model = getattr(torchvision.models, args.model)(num_classes=1000).cuda()
@@ -71,11 +74,15 @@ def main():
     order = []
     for rep in range(args.reps):
         order += ["alone", "vcudnn"] if rep % 2 == 0 else ["vcudnn", "alone"]
+    self_ms = []  # vcudnn's own host time per vcudnn worker, from its exit line
+    log_path = os.path.join(os.path.dirname(os.path.abspath(args.out)), f".pytorch_step_vcudnn_{os.getpid()}.log")
     for cfg in order:
         env = dict(os.environ, TORCH_CUDNN_V8_API_DISABLED="1", VCUDNN_LOG_LEVEL="warn")
         env.pop("LD_PRELOAD", None)
         if cfg == "vcudnn":
-            env["LD_PRELOAD"] = lib
+            env.update(LD_PRELOAD=lib, VCUDNN_LOG_LEVEL="info", VCUDNN_LOG_FILE=log_path)
+            if os.path.exists(log_path):
+                os.remove(log_path)
         cmd = [sys.executable, __file__, "--worker", "--model", args.model, "--batch", str(args.batch), "--size",
                str(args.size), "--steps", str(args.steps), "--window", str(args.window), "--warmup",
                str(args.warmup)]
@@ -86,6 +93,11 @@ def main():
         windows[cfg] += r["window_step_ms"]
         per_worker.append((cfg, statistics.median(r["window_step_ms"])))
         peak[cfg] = r["peak_bytes"]
+        if cfg == "vcudnn":
+            with open(log_path) as f:
+                m = re.search(r"exit: (\d+) calls .*?; ([0-9.]+) ms inside vcudnn", f.read())
+            self_ms.append({"calls": int(m.group(1)), "ms": float(m.group(2))})
+            os.remove(log_path)
     # Ratio per adjacent pair of workers (same moment of the machine), then their median.
     pair_ratios = []
     for i in range(0, len(per_worker) - 1, 2):
@@ -101,6 +113,11 @@ def main():
         print(f"| {'PyTorch alone' if k == 'alone' else 'PyTorch + vcudnn (record)'} | {med[k]:.2f} | "
               f"{min(windows[k]):.2f} | {max(windows[k]):.2f} | {peak[k] / 2**30:.2f} |")
     print("per-pair ratios vcudnn/alone: " + ", ".join(f"{r:.3f}" for r in pair_ratios))
+    steps_per_worker = args.warmup + args.steps
+    own = statistics.median(s["ms"] for s in self_ms) / steps_per_worker
+    print(f"vcudnn's own host time (its exit line; recording of the first iterations included): "
+          f"{own:.4f} ms per step = {100 * own / med['alone']:.3f}% of a step, "
+          f"{statistics.median(s['calls'] for s in self_ms) / steps_per_worker:.0f} intercepted calls per step")
     print(f"\nstep-time ratio vcudnn / alone (median of pairs): {ratio:.4f} (target ≤ 1.01)")
     benchlib.write_result(args.out, {
         "schema": "vcudnn.bench.pytorch_step/2",
@@ -116,6 +133,8 @@ def main():
         "median_ms": med,
         "peak_allocated_bytes": peak,
         "ratio": ratio,
+        "vcudnn_self": self_ms,
+        "vcudnn_self_ms_per_step": own,
     })
 
 
