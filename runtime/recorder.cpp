@@ -45,6 +45,13 @@ std::string program_name() {
   return all.size() > 512 ? all.substr(0, 512) : all;
 }
 
+// The stream a handle runs on now (queries run on none, but the trace keeps their context).
+cudaStream_t stream_of(cudnnHandle_t handle) {
+  cudaStream_t stream = nullptr;
+  if (real().cudnnGetStream) real().cudnnGetStream(handle, &stream);
+  return stream;
+}
+
 std::optional<ConvLayer> decode(const ConvDescs& d) {
   auto layer = decode_conv_layer(d.x, d.w, d.conv, d.y);
   if (layer) return layer.value();
@@ -160,9 +167,7 @@ void Recorder::record_query(const AlgoQuery& q, cudnnStatus_t status, uint64_t h
       c.ptrs = {as_u64(q.x), as_u64(q.w), as_u64(q.y), as_u64(q.workspace)};
       c.workspace_bytes = q.workspace_bytes;
     }
-    cudaStream_t stream = nullptr;
-    if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
-    append(std::move(rec), q.handle, stream, decode(q.desc), false);
+    append(std::move(rec), q.handle, stream_of(q.handle), decode(q.desc), false);
   });
 }
 
@@ -178,9 +183,7 @@ void Recorder::record_workspace(const WorkspaceQuery& q, cudnnStatus_t status, u
     c.algo = q.algo;
     c.workspace_bytes = (status == CUDNN_STATUS_SUCCESS && q.size) ? *q.size : 0;
     c.user_layer = q.user_layer;
-    cudaStream_t stream = nullptr;
-    if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
-    append(std::move(rec), q.handle, stream, decode(q.desc), false);
+    append(std::move(rec), q.handle, stream_of(q.handle), decode(q.desc), false);
   });
 }
 
@@ -194,9 +197,7 @@ void Recorder::record_max_count(const MaxCountQuery& q, cudnnStatus_t status, ui
     c.conv = q.kind;
     c.status = status;
     c.returned = (status == CUDNN_STATUS_SUCCESS && q.count) ? *q.count : 0;
-    cudaStream_t stream = nullptr;
-    if (real().cudnnGetStream) real().cudnnGetStream(q.handle, &stream);
-    append(std::move(rec), q.handle, stream, std::nullopt, false);
+    append(std::move(rec), q.handle, stream_of(q.handle), std::nullopt, false);
   });
 }
 
