@@ -15,6 +15,7 @@ struct MicroKernel {
   int32_t batch = 0;
   double time_ms = 0;
   uint64_t workspace = 0;
+  int32_t math_type = -1;  // cudnnMathType_t the algorithm was measured with (-1: the layer's own)
   bool operator==(const MicroKernel&) const = default;
 };
 
