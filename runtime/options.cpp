@@ -51,6 +51,39 @@ std::string accepted_list(const OptionSpec& spec) {
 
 }  // namespace
 
+std::optional<uint64_t> parse_bytes(std::string_view text) {
+  std::string s = lower(trim(text));
+  size_t digits = 0;
+  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  if (digits == 0 || digits > 20) return std::nullopt;
+  std::string unit = trim(s.substr(digits));
+  for (const char* tail : {"ib", "b"})
+    if (unit.size() > std::strlen(tail) &&
+        unit.compare(unit.size() - std::strlen(tail), std::string::npos, tail) == 0) {
+      unit.resize(unit.size() - std::strlen(tail));
+      break;
+    }
+  int shift = 0;
+  if (unit == "k")
+    shift = 10;
+  else if (unit == "m")
+    shift = 20;
+  else if (unit == "g")
+    shift = 30;
+  else if (unit == "t")
+    shift = 40;
+  else if (!unit.empty() && unit != "b")
+    return std::nullopt;
+  uint64_t value = 0;
+  for (size_t i = 0; i < digits; ++i) {
+    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (value > (UINT64_MAX - d) / 10) return std::nullopt;
+    value = value * 10 + d;
+  }
+  if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
 const std::array<OptionSpec, kOptionCount>& option_specs() {
   static const std::array<OptionSpec, kOptionCount> kSpecs = {{
 #define VCUDNN_OPTION(id, env, type, def, accepted, doc) {id, env, OptionType::type, def, accepted, doc},
@@ -73,9 +106,18 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
                          accepted_list(spec) + ". vcudnn continues in pass-through.");
       continue;
     }
+    if (spec.type == OptionType::kBytes && !parse_bytes(v)) {
+      o.errors.push_back(std::string(spec.env) + "=\"" + raw +
+                         "\" is not a byte count; use bytes or a K/M/G/T suffix (powers of 1024), e.g. 64M. "
+                         "vcudnn continues in pass-through.");
+      continue;
+    }
     o.value[spec.id] = v;
     o.source[spec.id] = OptionSource::kEnvironment;
   }
+  o.workspace_limit = parse_bytes(o.value[kWorkspaceLimit]).value_or(64ull << 20);
+  if (!o.value[kTotalWorkspace].empty()) o.total_workspace = parse_bytes(o.value[kTotalWorkspace]);
+  o.batch_policy = enum_index(option_specs()[kBatchPolicy], o.value[kBatchPolicy]);
   o.policy = static_cast<Policy>(enum_index(option_specs()[kPolicy], o.value[kPolicy]));
   o.log_level = static_cast<LogLevel>(enum_index(option_specs()[kLogLevel], o.value[kLogLevel]));
   if (!o.errors.empty()) {

@@ -3,14 +3,16 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace vcudnn {
 
-enum class OptionType { kEnum, kPath };
+enum class OptionType { kEnum, kPath, kBytes };
 
 enum OptionId {
 #define VCUDNN_OPTION(id, env, type, def, accepted, doc) id,
@@ -30,7 +32,7 @@ struct OptionSpec {
 const std::array<OptionSpec, kOptionCount>& option_specs();
 
 // Enum values in the order of their `accepted` lists (checked by a test).
-enum class Policy { kPassthrough = 0, kRecord = 1 };
+enum class Policy { kPassthrough = 0, kRecord = 1, kMicrobatch = 2 };
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
 enum class OptionSource { kDefault, kEnvironment, kFallback };
@@ -40,8 +42,11 @@ struct Options {
   std::array<OptionSource, kOptionCount> source{};
   Policy policy = Policy::kRecord;
   LogLevel log_level = LogLevel::kInfo;
-  std::vector<std::string> errors;    // bad values: each forces pass-through
-  std::vector<std::string> warnings;  // unknown VCUDNN_* names
+  uint64_t workspace_limit = 64ull << 20;   // VCUDNN_WORKSPACE_LIMIT
+  std::optional<uint64_t> total_workspace;  // VCUDNN_TOTAL_WORKSPACE
+  int batch_policy = 1;                     // VCUDNN_BATCH_POLICY, index into its accepted list
+  std::vector<std::string> errors;          // bad values: each forces pass-through
+  std::vector<std::string> warnings;        // unknown VCUDNN_* names
 
   const std::string& get(OptionId id) const { return value[id]; }
 };
@@ -50,6 +55,10 @@ struct Options {
 Options parse_options(const std::function<const char*(const char*)>& lookup, const std::vector<std::string>& names);
 // The process's options, parsed from the environment once.
 const Options& options();
+
+// "123", "64K", "64M", "1G", "2T" (also "64MiB", "64mb"; powers of 1024) -> bytes; nullopt if not
+// a whole non-negative byte count that fits in 64 bits.
+std::optional<uint64_t> parse_bytes(std::string_view text);
 
 // "%p" -> process id, so that several processes (ranks) can share one setting.
 std::string expand_path(const std::string& pattern);

@@ -79,9 +79,10 @@ TEST_CASE("options: specs table is consistent", "[options]") {
 
 TEST_CASE("options: accepted lists follow the Policy and LogLevel enum order", "[options]") {
   const auto policies = split_bars(spec(vcudnn::kPolicy).accepted);
-  REQUIRE(policies.size() == 2);
+  REQUIRE(policies.size() == 3);
   CHECK(policies[static_cast<int>(Policy::kPassthrough)] == "passthrough");
   CHECK(policies[static_cast<int>(Policy::kRecord)] == "record");
+  CHECK(policies[static_cast<int>(Policy::kMicrobatch)] == "microbatch");
 
   const auto levels = split_bars(spec(vcudnn::kLogLevel).accepted);
   REQUIRE(levels.size() == 6);
@@ -211,4 +212,50 @@ TEST_CASE("options: expand_path replaces %p with the process id", "[options]") {
   CHECK(vcudnn::expand_path("") == "");
   CHECK(vcudnn::expand_path("/plain/path.json") == "/plain/path.json");
   CHECK(vcudnn::expand_path("100% %d %s %P p%") == "100% %d %s %P p%");
+}
+
+TEST_CASE("options: byte counts take K/M/G/T suffixes (powers of 1024), nothing else", "[options]") {
+  using vcudnn::parse_bytes;
+  CHECK(parse_bytes("0") == 0u);
+  CHECK(parse_bytes("123") == 123u);
+  CHECK(parse_bytes("64K") == 64u << 10);
+  CHECK(parse_bytes("64m") == 64u << 20);
+  CHECK(parse_bytes(" 64MiB ") == 64u << 20);
+  CHECK(parse_bytes("64MB") == 64u << 20);
+  CHECK(parse_bytes("2G") == 2ull << 30);
+  CHECK(parse_bytes("3T") == 3ull << 40);
+  CHECK(parse_bytes("17b") == 17u);
+  CHECK(parse_bytes("18446744073709551615") == UINT64_MAX);
+  for (const char* bad : {"", "M", "-1", "1.5G", "64X", "64 M M", "0x10", "18446744073709551616", "16777216T",
+                          "99999999999999999999999", "64Mi", "1e9"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_bytes(bad).has_value());
+  }
+}
+
+TEST_CASE("options: micro-batching settings are parsed, and a bad one forces pass-through", "[options]") {
+  const auto d = parse({});
+  CHECK(d.workspace_limit == 64u << 20);
+  CHECK_FALSE(d.total_workspace.has_value());
+  CHECK(d.batch_policy == 1);  // poweroftwo
+
+  const auto o = parse({{"VCUDNN_POLICY", "microbatch"},
+                        {"VCUDNN_WORKSPACE_LIMIT", "8M"},
+                        {"VCUDNN_TOTAL_WORKSPACE", "0"},
+                        {"VCUDNN_BATCH_POLICY", "powerOfTwo"}});
+  CHECK(o.errors.empty());
+  CHECK(o.policy == Policy::kMicrobatch);
+  CHECK(o.workspace_limit == 8u << 20);
+  REQUIRE(o.total_workspace.has_value());
+  CHECK(*o.total_workspace == 0u);  // a zero budget is a budget, not "unset"
+  CHECK(o.get(vcudnn::kBatchPolicy) == "poweroftwo");
+  CHECK(parse({{"VCUDNN_BATCH_POLICY", "ALL"}}).batch_policy == 2);
+
+  for (const char* var : {"VCUDNN_WORKSPACE_LIMIT", "VCUDNN_TOTAL_WORKSPACE"}) {
+    const auto bad = parse({{"VCUDNN_POLICY", "microbatch"}, {var, "64 megs"}});
+    REQUIRE(bad.errors.size() == 1);
+    CHECK_THAT(bad.errors[0], Catch::Contains(var) && Catch::Contains("64 megs") && Catch::Contains("K/M/G"));
+    CHECK(bad.policy == Policy::kPassthrough);
+    CHECK(bad.source[vcudnn::kPolicy] == OptionSource::kFallback);
+  }
 }
