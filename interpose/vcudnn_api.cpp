@@ -4,9 +4,11 @@
 #define VCUDNN_C_API_ONLY
 #include "vcudnn/vcudnn.h"
 
+#include <cstdio>
 #include <memory>
 
 #include "interpose/call_builders.h"
+#include "runtime/decode_conv.h"
 #include "runtime/real_api.h"
 
 struct vcudnnContext {
@@ -236,6 +238,28 @@ cudnnStatus_t vcudnnGetConvolutionBackwardDataAlgorithmMaxCount(vcudnnHandle_t h
 
 cudnnStatus_t vcudnnGetConvolutionBackwardFilterAlgorithmMaxCount(vcudnnHandle_t h, int* count) {
   return run(HookId::max_count_bwd_filter, true, MaxCountQuery{ConvKind::kBackwardFilter, unwrap(h), count});
+}
+
+cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, const cudnnTensorDescriptor_t xDesc,
+                                           const cudnnFilterDescriptor_t wDesc,
+                                           const cudnnConvolutionDescriptor_t convDesc,
+                                           const cudnnTensorDescriptor_t yDesc, vcudnnPlanInfo_t* info) {
+  if (!info || kind < VCUDNN_CONV_FORWARD || kind > VCUDNN_CONV_BACKWARD_FILTER) return CUDNN_STATUS_BAD_PARAM;
+  try {
+    if (!decode_conv_layer(xDesc, wDesc, convDesc, yDesc)) return CUDNN_STATUS_BAD_PARAM;
+    auto plan = Engine::get().plan_of({xDesc, wDesc, convDesc, yDesc}, static_cast<ConvKind>(kind));
+    if (!plan) return CUDNN_STATUS_NOT_SUPPORTED;
+    *info = vcudnnPlanInfo_t{};
+    info->microBatches = static_cast<int>(plan->run.kernels.size());
+    info->firstAlgo = plan->run.kernels.empty() ? -1 : plan->run.kernels[0].algo;
+    info->workspaceBytes = plan->workspace;
+    info->predictedMs = static_cast<float>(plan->run.time_ms);
+    info->fallback = plan->fallback ? 1 : 0;
+    std::snprintf(info->description, sizeof info->description, "%s", plan->description.c_str());
+    return CUDNN_STATUS_SUCCESS;
+  } catch (...) {
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
 }
 
 }  // extern "C"

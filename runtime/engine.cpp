@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "runtime/decode_conv.h"
 #include "runtime/log.h"
 #include "runtime/no_destroy.h"
 #include "runtime/real_api.h"
@@ -38,7 +39,16 @@ void log_startup(const Options& o) {
 
 }  // namespace
 
-Engine::Engine(const Options& o) : policy_(o.policy), recorder_(RecorderConfig{o.get(kTrace)}) {}
+Engine::Engine(const Options& o) : policy_(o.policy), recorder_(RecorderConfig{o.get(kTrace)}) {
+  if (policy_ == Policy::kMicrobatch) {
+    microbatcher_ = std::make_unique<MicroBatcher>(MicroBatchSettings::from(o));
+    const MicroBatchSettings& s = microbatcher_->settings();
+    VCUDNN_LOG_INFO("microbatch: workspace limit {} bytes per convolution{}, batch policy {}, cache {}{}", s.limit,
+                    s.total ? ", " + std::to_string(*s.total) + " bytes for the whole network" : "",
+                    o.get(kBatchPolicy), s.cache_path.empty() ? "off" : s.cache_path,
+                    s.force_split ? ", forced micro-batches of " + std::to_string(*s.force_split) : "");
+  }
+}
 
 namespace {
 // Registered with atexit() when the engine starts, so it runs before the handlers that CUDA and
@@ -63,26 +73,37 @@ Engine& Engine::get() {
 }
 
 cudnnStatus_t Engine::convolution(HookScope& scope, const ConvCall& call) {
+  const auto run = [&] { return microbatcher_ ? microbatcher_->convolution(call) : call_real(call); };
   if (!recording()) {
     recorder_.poll();
-    return scope.real([&] { return call_real(call); });
+    cudnnStatus_t st = scope.real(run);
+    if (microbatcher_ && microbatcher_->settings().total && !microbatcher_->network_planned())
+      microbatcher_->plan_network();  // the first iteration is complete: whole-network choice
+    return st;
   }
   Recorder::ConvProbe probe = recorder_.before_convolution(call);
-  cudnnStatus_t st = scope.real([&] { return call_real(call); });
+  cudnnStatus_t st = scope.real(run);
   recorder_.after_convolution(probe, call, st);
   return st;
 }
 
+std::shared_ptr<const KernelPlan> Engine::plan_of(const ConvDescs& desc, ConvKind kind) const {
+  if (!microbatcher_) return nullptr;
+  auto layer = decode_conv_layer(desc.x, desc.w, desc.conv, desc.y);
+  if (!layer) return nullptr;
+  return microbatcher_->find_plan(layer.value(), kind);
+}
+
 cudnnStatus_t Engine::algo_query(HookScope& scope, const AlgoQuery& q) {
   const uint64_t t = monotonic_ns();
-  cudnnStatus_t st = scope.real([&] { return call_real(q); });
+  cudnnStatus_t st = scope.real([&] { return microbatcher_ ? microbatcher_->algo_query(q) : call_real(q); });
   if (recording()) recorder_.record_query(q, st, t);
   return st;
 }
 
 cudnnStatus_t Engine::workspace_size(HookScope& scope, const WorkspaceQuery& q) {
   const uint64_t t = monotonic_ns();
-  cudnnStatus_t st = scope.real([&] { return call_real(q); });
+  cudnnStatus_t st = scope.real([&] { return microbatcher_ ? microbatcher_->workspace_size(q) : call_real(q); });
   if (recording()) recorder_.record_workspace(q, st, t);
   return st;
 }
@@ -134,7 +155,7 @@ cudnnStatus_t Engine::get_stream(HookScope& scope, cudnnHandle_t handle, cudaStr
 }
 
 void Engine::iteration_boundary() {
-  if (policy_ == Policy::kRecord) recorder_.explicit_boundary();
+  if (policy_ != Policy::kPassthrough) recorder_.explicit_boundary();
 }
 
 std::string Engine::summary() const {
@@ -148,13 +169,14 @@ std::string Engine::summary() const {
   std::snprintf(buf, sizeof buf, "; %.3f ms inside vcudnn (%.2f us/call)", self_ms,
                 calls ? self_ms * 1e3 / static_cast<double>(calls) : 0.0);
   line += buf;
-  if (policy_ == Policy::kRecord) line += "; recorder: " + recorder_.outcome();
+  if (policy_ != Policy::kPassthrough) line += "; recorder: " + recorder_.outcome();
+  if (microbatcher_) line += "; microbatch: " + microbatcher_->summary();
   if (uint64_t n = log::suppressed_count()) line += "; " + std::to_string(n) + " repeated warnings suppressed";
   return line;
 }
 
 void Engine::at_exit() {
-  if (policy_ == Policy::kRecord) recorder_.finish();
+  if (policy_ != Policy::kPassthrough) recorder_.finish();
   VCUDNN_LOG_INFO("{}", summary());
 }
 

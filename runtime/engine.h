@@ -6,8 +6,11 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <memory>
+
 #include "runtime/conv_call.h"
 #include "runtime/hook_scope.h"
+#include "runtime/microbatcher.h"
 #include "runtime/options.h"
 #include "runtime/recorder.h"
 
@@ -30,15 +33,19 @@ class Engine {
   cudnnStatus_t get_stream(HookScope& scope, cudnnHandle_t handle, cudaStream_t* stream);
   void iteration_boundary();
 
+  // The micro-batch plan of a kernel (nullptr under other policies or before its first call).
+  std::shared_ptr<const KernelPlan> plan_of(const ConvDescs& desc, ConvKind kind) const;
+
   // Exit: finish the trace, print the summary line.
   void at_exit();
   std::string summary() const;
 
  private:
-  bool recording() const { return policy_ == Policy::kRecord && recorder_.active(); }
+  bool recording() const { return policy_ != Policy::kPassthrough && recorder_.active(); }
 
   Policy policy_;
   Recorder recorder_;
+  std::unique_ptr<MicroBatcher> microbatcher_;  // VCUDNN_POLICY=microbatch
 };
 
 }  // namespace vcudnn

@@ -16,11 +16,16 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--benchmark", action="store_true", help="torch.backends.cudnn.benchmark=True")
+    p.add_argument("--heuristic", action="store_true",
+                   help="deterministic=False: cuDNN's heuristic algorithms instead of PyTorch's default ones")
+    p.add_argument("--no-tf32", action="store_true", help="fp32 convolutions without TF32 (allow_tf32=False)")
     args = p.parse_args()
 
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = args.benchmark
-    torch.backends.cudnn.deterministic = not args.benchmark
+    torch.backends.cudnn.deterministic = not (args.benchmark or args.heuristic)
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, 3, args.size, args.size, generator=gen).cuda()
     y = torch.randint(0, 10, (args.batch,), generator=gen).cuda()

@@ -121,6 +121,32 @@ VCUDNN_API cudnnStatus_t vcudnnGetConvolutionForwardAlgorithmMaxCount(vcudnnHand
 VCUDNN_API cudnnStatus_t vcudnnGetConvolutionBackwardDataAlgorithmMaxCount(vcudnnHandle_t handle, int* count);
 VCUDNN_API cudnnStatus_t vcudnnGetConvolutionBackwardFilterAlgorithmMaxCount(vcudnnHandle_t handle, int* count);
 
+/* Micro-batching (VCUDNN_POLICY=microbatch): the plan vcudnn made for one convolution. */
+typedef enum {
+  VCUDNN_CONV_FORWARD = 0,
+  VCUDNN_CONV_BACKWARD_DATA = 1,
+  VCUDNN_CONV_BACKWARD_FILTER = 2
+} vcudnnConvKind_t;
+
+typedef struct {
+  int microBatches;      /* cuDNN calls per convolution (1 = undivided) */
+  int firstAlgo;         /* algorithm of the first micro-batch */
+  size_t workspaceBytes; /* workspace the plan needs (vcudnn supplies it) */
+  float predictedMs;     /* sum of the measured times of its micro-batches */
+  int fallback;          /* 1: nothing measured fitted the limit; a zero-workspace algorithm runs undivided */
+  char description[256]; /* e.g. "2x(algo 1, 128): 3.1 ms, 24.0 MiB" */
+} vcudnnPlanInfo_t;
+
+/* The plan for the convolution described in layer terms: xDesc is the input (dx for backward-data),
+ * wDesc the filter (dw for backward-filter), yDesc the output (dy for the backward kinds).
+ * CUDNN_STATUS_NOT_SUPPORTED when there is none (another policy, or that convolution has not run
+ * yet); CUDNN_STATUS_BAD_PARAM for a NULL info or undecodable descriptors. Works for programs
+ * that preload vcudnn too (look it up with dlsym). */
+VCUDNN_API cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, const cudnnTensorDescriptor_t xDesc,
+                                                      const cudnnFilterDescriptor_t wDesc,
+                                                      const cudnnConvolutionDescriptor_t convDesc,
+                                                      const cudnnTensorDescriptor_t yDesc, vcudnnPlanInfo_t* info);
+
 #ifdef __cplusplus
 } /* extern "C" */
 

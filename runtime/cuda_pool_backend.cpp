@@ -1,0 +1,63 @@
+// CudaPoolBackend (see header).
+#include "runtime/cuda_pool_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include "runtime/log.h"
+#include "runtime/real_api.h"
+
+namespace vcudnn {
+namespace {
+
+bool check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  const RealCudart& rt = real_cudart();
+  if (rt.cudaGetLastError) rt.cudaGetLastError();  // vcudnn's failure must not stick to the framework
+  VCUDNN_WARN_LIMITED("workspace pool: {} failed: {}", what,
+                      rt.cudaGetErrorString ? rt.cudaGetErrorString(e) : std::to_string(static_cast<int>(e)));
+  return false;
+}
+
+}  // namespace
+
+void* CudaPoolBackend::allocate(uint64_t bytes, pool::StreamHandle stream) {
+  const RealCudart& rt = real_cudart();
+  if (!rt.cudaMallocAsync) return nullptr;
+  void* p = nullptr;
+  if (!check(rt.cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync")) return nullptr;
+  return p;
+}
+
+void CudaPoolBackend::release(void* ptr, pool::StreamHandle stream) {
+  const RealCudart& rt = real_cudart();
+  if (rt.cudaFreeAsync) check(rt.cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)), "cudaFreeAsync");
+}
+
+pool::EventHandle CudaPoolBackend::create_event() {
+  const RealCudart& rt = real_cudart();
+  if (!rt.cudaEventCreateWithFlags) return nullptr;
+  cudaEvent_t e = nullptr;
+  if (!check(rt.cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags")) return nullptr;
+  return e;
+}
+
+void CudaPoolBackend::destroy_event(pool::EventHandle event) {
+  const RealCudart& rt = real_cudart();
+  if (event && rt.cudaEventDestroy) check(rt.cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+}
+
+bool CudaPoolBackend::record(pool::EventHandle event, pool::StreamHandle stream) {
+  const RealCudart& rt = real_cudart();
+  return rt.cudaEventRecord &&
+         check(rt.cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+               "cudaEventRecord");
+}
+
+bool CudaPoolBackend::wait(pool::StreamHandle stream, pool::EventHandle event) {
+  const RealCudart& rt = real_cudart();
+  return rt.cudaStreamWaitEvent &&
+         check(rt.cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+               "cudaStreamWaitEvent");
+}
+
+}  // namespace vcudnn
