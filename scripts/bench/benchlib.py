@@ -63,3 +63,27 @@ def library_path():
         pass
     dirs += ["/usr/local/cuda/lib64"]
     return ":".join(d for d in dirs if os.path.isdir(d))
+
+
+def training_step(model_name, batch, size, benchmark=False):
+    """A torchvision model's SGD training step on fixed synthetic data, for the PyTorch workers.
+    Pins the worker to cores 2-7 (same cores for every worker: less placement noise)."""
+    import torch
+    import torch.nn.functional as F
+    import torchvision
+
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 8:
+        os.sched_setaffinity(0, set(range(2, 8)))
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = bool(benchmark)
+    model = getattr(torchvision.models, model_name)(num_classes=1000).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, size, size, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return step

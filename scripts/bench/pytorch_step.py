@@ -18,22 +18,7 @@ def worker(args):
     import time
 
     import torch
-    import torch.nn.functional as F
-    import torchvision
-
-    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 8:
-        os.sched_setaffinity(0, set(range(2, 8)))  # same cores for every worker: less placement noise
-    torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = False
-    model = getattr(torchvision.models, args.model)(num_classes=1000).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(args.batch, 3, args.size, args.size, device="cuda")
-    y = torch.randint(0, 1000, (args.batch,), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
+    step = benchlib.training_step(args.model, args.batch, args.size)
 
     for _ in range(args.warmup):
         step()
