@@ -17,6 +17,8 @@
 //  - Every backend failure leaves the bookkeeping matching what the backend holds.
 #include "pool/vmm_arena.h"
 
+#include "pool/align.h"
+
 #include <algorithm>
 #include <cctype>
 #include <iterator>
@@ -26,14 +28,6 @@ namespace vcudnn::pool {
 namespace {
 
 constexpr uint64_t kAlign = 512;
-
-// `bytes` rounded up to a multiple of `to`; nullopt on overflow.
-std::optional<uint64_t> round_up(uint64_t bytes, uint64_t to) {
-  const uint64_t rem = bytes % to;
-  if (rem == 0) return bytes;
-  if (bytes > UINT64_MAX - (to - rem)) return std::nullopt;
-  return bytes + (to - rem);
-}
 
 }  // namespace
 
