@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -312,7 +313,14 @@ TEST_CASE("BufferIndex concurrent readers while a writer adds and removes", "[tr
   while (reads.load() < 100) std::this_thread::yield();  // the readers are running
   uint64_t writer_failures = 0;
   std::vector<bool> present(kChurn, false);
-  for (uint64_t round = 0; round < 2000; ++round) {
+  // At least 2000 rounds, and on (in pairs, so that every churned buffer ends removed) until the
+  // readers have seen churned buffers and read enough: under a parallel test run the scheduler may
+  // keep them off the CPU for a while. 20 s at most.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (uint64_t round = 0;
+       round < 2000 || round % 2 != 0 ||
+       ((churn_hits.load() == 0 || reads.load() <= 1000) && std::chrono::steady_clock::now() < deadline);
+       ++round) {
     for (int i = 0; i < kChurn; ++i) {
       if (present[i]) {
         writer_failures += !index.remove(churn_address(i));
