@@ -148,15 +148,20 @@ bool VmmArena::free(uint64_t address) {
   }
 }
 
+std::optional<std::pair<uint64_t, uint64_t>> VmmArena::large_buffer_granules(uint64_t address) const {
+  if (address < base_) return std::nullopt;
+  const auto it = buffers_.find(address - base_);
+  if (it == buffers_.end() || !it->second.large) return std::nullopt;
+  return std::make_pair(it->first / granularity_, it->second.bytes / granularity_);
+}
+
 bool VmmArena::evict(uint64_t address) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {
     lock.lock();
-    if (address < base_) return false;
-    const auto it = buffers_.find(address - base_);
-    if (it == buffers_.end() || !it->second.large) return false;
-    const uint64_t first = it->first / granularity_;
-    const uint64_t count = it->second.bytes / granularity_;
+    const auto span = large_buffer_granules(address);
+    if (!span) return false;
+    const auto [first, count] = *span;
     bool any_mapped = false;
     for (uint64_t g = first; g < first + count; ++g) any_mapped = any_mapped || granules_[g].chunk != 0;
     if (!any_mapped) return false;
@@ -174,11 +179,9 @@ bool VmmArena::restore(uint64_t address) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {
     lock.lock();
-    if (address < base_) return false;
-    const auto it = buffers_.find(address - base_);
-    if (it == buffers_.end() || !it->second.large) return false;
-    const uint64_t first = it->first / granularity_;
-    const uint64_t count = it->second.bytes / granularity_;
+    const auto span = large_buffer_granules(address);
+    if (!span) return false;
+    const auto [first, count] = *span;
     uint64_t missing = 0;
     for (uint64_t g = first; g < first + count; ++g) missing += granules_[g].chunk == 0 ? 1 : 0;
     if (missing == 0) return false;

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace vcudnn::pool {
@@ -117,6 +118,8 @@ class VmmArena {
   void carve(uint64_t offset, uint64_t size);
   void give_back_range(uint64_t offset, uint64_t size);  // coalescing
   bool buffer_evicted(uint64_t offset, const Buffer& buffer) const;
+  // The granules [first, first + count) of the large buffer at `address`; nullopt otherwise.
+  std::optional<std::pair<uint64_t, uint64_t>> large_buffer_granules(uint64_t address) const;
 
   PhysicalBackend& backend_;
   uint64_t granularity_ = 0;

@@ -94,8 +94,12 @@ std::optional<ConvLayer> MicroBatcher::manageable(const ConvDescs& desc, ConvKin
                   element_bytes(l.y.dtype) && element_bytes(l.w.dtype) && l.x.dims[0] >= 1 &&
                   l.x.dims[0] == l.y.dims[0];
   if (!ok) {
-    VCUDNN_LOG_DEBUG("microbatch: {} {} cannot be sliced along N (layout or data type); passed through",
-                     conv_kind_name(kind), l.to_string());
+    if (log::enabled(LogLevel::kDebug)) {  // once per layer, and no string building otherwise
+      std::lock_guard<std::mutex> lock(unsliceable_mu_);
+      if (unsliceable_logged_.emplace(l, true).second)
+        VCUDNN_LOG_DEBUG("microbatch: {} {} cannot be sliced along N (layout or data type); its calls pass through",
+                         conv_kind_name(kind), l.to_string());
+    }
     return std::nullopt;
   }
   return l;
@@ -424,7 +428,7 @@ void MicroBatcher::plan_network() {
 std::string MicroBatcher::summary() const {
   uint64_t peak = 0, stream_peak = 0, misses = n_pool_misses_.load();
   {
-    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(pools_mu_));
+    std::lock_guard<std::mutex> lock(pools_mu_);
     for (const auto& [dev, p] : pools_) {
       const auto s = p->stats();
       peak += s.peak_reserved;

@@ -105,9 +105,11 @@ class MicroBatcher {
   std::unordered_map<Key, std::shared_ptr<const KernelPlan>, KeyHash> plans_;
   std::unordered_map<Key, bool, KeyHash> unmanaged_;  // kernels that failed to plan: pass through
   std::mutex planning_mu_;                            // one kernel benchmarks at a time
-  std::mutex pools_mu_;
+  mutable std::mutex pools_mu_;
   std::map<int, std::unique_ptr<pool::WorkspacePool>> pools_;
   std::atomic<bool> network_planned_{false};
+  mutable std::mutex unsliceable_mu_;
+  mutable std::unordered_map<ConvLayer, bool> unsliceable_logged_;  // debug lines, once per layer
 
   std::atomic<uint64_t> n_plans_{0}, n_split_{0}, n_benchmarked_{0}, n_cache_hits_{0}, plan_ns_{0}, n_fallbacks_{0},
       n_executed_{0}, n_passthrough_{0}, n_pool_misses_{0};
