@@ -220,6 +220,11 @@ void VmmArena::trim() {
   }
 }
 
+uint64_t VmmArena::mapped_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mapped_granules_ * granularity_;
+}
+
 VmmArena::Stats VmmArena::stats() const {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {

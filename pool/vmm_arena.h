@@ -94,7 +94,10 @@ class VmmArena {
   bool is_evicted(uint64_t address) const;
   // Releases every chunk of the free list.
   void trim();
-  Stats stats() const;
+  Stats stats() const;  // walks every buffer: not for hot paths
+  // Cheap (one lock): granules mapped now, and the most that may be, in bytes.
+  uint64_t mapped_bytes() const;
+  uint64_t budget_bytes() const { return max_granules_ * granularity_; }
 
  private:
   using Handle = PhysicalBackend::Handle;

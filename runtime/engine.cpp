@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstdlib>
+#include <initializer_list>
 #include <mutex>
 
 #include "runtime/decode_conv.h"
 #include "runtime/log.h"
+#include "runtime/memory_access.h"
 #include "runtime/no_destroy.h"
 #include "runtime/real_api.h"
 #include "runtime/stats.h"
@@ -23,10 +25,7 @@ std::string version_text(int v) {
 }
 
 void log_startup(const Options& o) {
-  const std::string log_error = log::configure(o);
-  for (const auto& e : o.errors) VCUDNN_LOG_ERROR("{}", e);
-  if (!log_error.empty()) VCUDNN_LOG_ERROR("{}", log_error);
-  for (const auto& w : o.warnings) VCUDNN_LOG_WARN("{}", w);
+  log::configure_once(o);
   const LibraryInfo& lib = cudnn_library();
   std::string cudnn = lib.found ? "cuDNN " + version_text(static_cast<int>(real().cudnnGetVersion())) + " from " +
                                       lib.path + " (" + lib.how + ")"
@@ -35,6 +34,18 @@ void log_startup(const Options& o) {
                   o.get(kTrace).empty() ? "" : ", trace=" + o.get(kTrace), cudnn);
   if (lib.found && lib.missing)
     VCUDNN_LOG_WARN("{} cuDNN entry points missing from {}: {}", lib.missing, lib.path, lib.missing_names);
+}
+
+constexpr cudnnStatus_t kOutOfDeviceMemory = CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+
+// Memory ownership: the convolution's buffers are brought back first if evicted (cuDNN's handle
+// holds the stream, so the restore completes before the call).
+bool touch_pointers(std::initializer_list<const void*> pointers) {
+  if (!memory::active()) return true;
+  uint64_t words[4] = {};
+  size_t n = 0;
+  for (const void* p : pointers) words[n++] = reinterpret_cast<uint64_t>(p);
+  return memory::touch(words, n, memory::Access::kUnknown, std::nullopt, "cuDNN convolution");
 }
 
 }  // namespace
@@ -73,6 +84,8 @@ Engine& Engine::get() {
 }
 
 cudnnStatus_t Engine::convolution(HookScope& scope, const ConvCall& call) {
+  memory::CallScope memory_scope;  // until the real call has queued its work
+  if (!touch_pointers({call.x, call.w, call.y, call.workspace})) return kOutOfDeviceMemory;
   const auto run = [&] { return microbatcher_ ? microbatcher_->convolution(call) : call_real(call); };
   if (!recording()) {
     recorder_.poll();
@@ -95,6 +108,8 @@ std::shared_ptr<const KernelPlan> Engine::plan_of(const ConvDescs& desc, ConvKin
 }
 
 cudnnStatus_t Engine::algo_query(HookScope& scope, const AlgoQuery& q) {
+  memory::CallScope memory_scope;
+  if (q.variant == QueryVariant::kFindEx && !touch_pointers({q.x, q.w, q.y, q.workspace})) return kOutOfDeviceMemory;
   const uint64_t t = monotonic_ns();
   cudnnStatus_t st = scope.real([&] { return microbatcher_ ? microbatcher_->algo_query(q) : call_real(q); });
   if (recording()) recorder_.record_query(q, st, t);

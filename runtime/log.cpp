@@ -73,6 +73,19 @@ std::string configure(const Options& options) {
   return error;
 }
 
+bool configure_once(const Options& options) {
+  static std::once_flag once;
+  bool first = false;
+  std::call_once(once, [&] {
+    first = true;
+    const std::string error = configure(options);
+    for (const auto& e : options.errors) VCUDNN_LOG_ERROR("{}", e);
+    if (!error.empty()) VCUDNN_LOG_ERROR("{}", error);
+    for (const auto& w : options.warnings) VCUDNN_LOG_WARN("{}", w);
+  });
+  return first;
+}
+
 void emit(LogLevel level, std::string_view message) {
   std::shared_ptr<spdlog::logger> logger;
   {

@@ -25,6 +25,10 @@ void emit(LogLevel level, std::string_view message);
 // Sets level and destination from the options. Returns an error text when the log file cannot be
 // opened (logging then goes to stderr).
 std::string configure(const Options& options);
+// configure() once per process, whoever starts first (the engine, or memory ownership in a
+// program that never calls cuDNN). The first caller prints the options' errors and warnings and
+// gets true.
+bool configure_once(const Options& options);
 
 template <typename... Args>
 void write(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {

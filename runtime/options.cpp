@@ -2,6 +2,8 @@
 // empty value means unset. Any bad value is an error that forces pass-through.
 #include "runtime/options.h"
 
+#include "pool/vmm_arena.h"
+
 #include "runtime/no_destroy.h"
 
 #include <unistd.h>
@@ -110,6 +112,14 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
       o.errors.push_back(std::string(spec.env) + "=\"" + raw +
                          "\" is not a byte count; use bytes or a K/M/G/T suffix (powers of 1024), e.g. 64M. "
                          "vcudnn continues in pass-through.");
+      continue;
+    }
+    // Percentages are checked against a nominal 100 GiB total: the real total is known only
+    // once the device is (memory_manager.cpp); here only the form is checked.
+    if (spec.type == OptionType::kBudget && !pool::parse_budget(v, 100ull << 30)) {
+      o.errors.push_back(std::string(spec.env) + "=\"" + raw +
+                         "\" is not a memory budget; use bytes with an optional K/M/G/T suffix (e.g. 40G) or a "
+                         "percentage (e.g. 60%). vcudnn continues in pass-through.");
       continue;
     }
     o.value[spec.id] = v;

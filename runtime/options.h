@@ -12,7 +12,7 @@
 
 namespace vcudnn {
 
-enum class OptionType { kEnum, kPath, kBytes };
+enum class OptionType { kEnum, kPath, kBytes, kBudget };
 
 enum OptionId {
 #define VCUDNN_OPTION(id, env, type, def, accepted, doc) id,
@@ -32,7 +32,7 @@ struct OptionSpec {
 const std::array<OptionSpec, kOptionCount>& option_specs();
 
 // Enum values in the order of their `accepted` lists (checked by a test).
-enum class Policy { kPassthrough = 0, kRecord = 1, kMicrobatch = 2 };
+enum class Policy { kPassthrough = 0, kRecord = 1, kMicrobatch = 2, kOffload = 3 };
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
 enum class OptionSource { kDefault, kEnvironment, kFallback };

@@ -14,6 +14,7 @@
 
 #include <dlfcn.h>
 
+#include <array>
 #include <mutex>
 #include <vector>
 
@@ -144,7 +145,45 @@ CudartState& cudart_state() {
   return st;
 }
 
+Source& other_source(Library lib) {
+  static NoDestroy<std::array<Source, 5>> holder;
+  static std::array<std::once_flag, 5> once;
+  const auto i = static_cast<size_t>(lib);
+  std::call_once(once[i], [lib, i] {
+    Source& s = holder.get()[i];
+    switch (lib) {
+      case Library::kCudnn:
+        s = find_source({"cuDNN", {"libcudnn.so.9"}, "cudnnGetVersion", options().get(kCudnnLibrary)});
+        break;
+      case Library::kCudart:
+        s = find_source(
+            {"CUDA runtime", {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, "cudaRuntimeGetVersion", ""});
+        break;
+      case Library::kCublas:
+        s = find_source({"cuBLAS", {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}, "cublasGetVersion_v2", ""});
+        break;
+      case Library::kCublasLt:
+        s = find_source(
+            {"cuBLASLt", {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}, "cublasLtGetVersion", ""});
+        break;
+      case Library::kDriver:
+        s = find_source({"CUDA driver", {"libcuda.so.1", "libcuda.so"}, "cuDriverGetVersion", ""});
+        break;
+    }
+  });
+  return holder.get()[i];
+}
+
 }  // namespace
+
+void* real_symbol(Library lib, const char* name) {
+  const Source& s = other_source(lib);
+  if (!s.handle) return nullptr;
+  void* p = dlsym(s.handle, name);
+  return p && !in_self(p) ? p : nullptr;
+}
+
+const LibraryInfo& library_info(Library lib) { return other_source(lib).info; }
 
 const RealCudnn& real() { return cudnn_state().fns; }
 const RealCudart& real_cudart() { return cudart_state().fns; }

@@ -79,10 +79,11 @@ TEST_CASE("options: specs table is consistent", "[options]") {
 
 TEST_CASE("options: accepted lists follow the Policy and LogLevel enum order", "[options]") {
   const auto policies = split_bars(spec(vcudnn::kPolicy).accepted);
-  REQUIRE(policies.size() == 3);
+  REQUIRE(policies.size() == 4);
   CHECK(policies[static_cast<int>(Policy::kPassthrough)] == "passthrough");
   CHECK(policies[static_cast<int>(Policy::kRecord)] == "record");
   CHECK(policies[static_cast<int>(Policy::kMicrobatch)] == "microbatch");
+  CHECK(policies[static_cast<int>(Policy::kOffload)] == "offload");
 
   const auto levels = split_bars(spec(vcudnn::kLogLevel).accepted);
   REQUIRE(levels.size() == 6);
@@ -257,5 +258,30 @@ TEST_CASE("options: micro-batching settings are parsed, and a bad one forces pas
     CHECK_THAT(bad.errors[0], Catch::Contains(var) && Catch::Contains("64 megs") && Catch::Contains("K/M/G"));
     CHECK(bad.policy == Policy::kPassthrough);
     CHECK(bad.source[vcudnn::kPolicy] == OptionSource::kFallback);
+  }
+}
+
+TEST_CASE("options: offload policy and memory budgets", "[options]") {
+  const auto d = parse({{"VCUDNN_POLICY", "offload"}});
+  CHECK(d.errors.empty());
+  CHECK(d.policy == Policy::kOffload);
+  CHECK(d.get(vcudnn::kDeviceBudget).empty());  // no budget: ownership without eviction
+  CHECK(d.get(vcudnn::kHostBudget) == "8G");
+
+  for (const char* good : {"60%", "62.5%", "40G", "512MiB", "1073741824"}) {
+    const auto o = parse({{"VCUDNN_POLICY", "offload"}, {"VCUDNN_DEVICE_BUDGET", good}, {"VCUDNN_HOST_BUDGET", good}});
+    INFO(good);
+    CHECK(o.errors.empty());
+    CHECK(o.policy == Policy::kOffload);
+    CHECK(o.get(vcudnn::kDeviceBudget) == good);
+  }
+  for (const char* var : {"VCUDNN_DEVICE_BUDGET", "VCUDNN_HOST_BUDGET"}) {
+    for (const char* bad_value : {"0", "150%", "0%", "lots", "-1G", "1.5G"}) {
+      const auto bad = parse({{"VCUDNN_POLICY", "offload"}, {var, bad_value}});
+      INFO(var << "=" << bad_value);
+      REQUIRE(bad.errors.size() == 1);
+      CHECK_THAT(bad.errors[0], Catch::Contains(var) && Catch::Contains(bad_value) && Catch::Contains("percentage"));
+      CHECK(bad.policy == Policy::kPassthrough);
+    }
   }
 }
