@@ -9,6 +9,7 @@
 
 #include "interpose/call_builders.h"
 #include "runtime/decode_conv.h"
+#include "runtime/memory_manager.h"
 #include "runtime/real_api.h"
 
 struct vcudnnContext {
@@ -257,6 +258,87 @@ cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, const cudnnTen
     info->fallback = plan->fallback ? 1 : 0;
     std::snprintf(info->description, sizeof info->description, "%s", plan->description.c_str());
     return CUDNN_STATUS_SUCCESS;
+  } catch (...) {
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
+}
+
+
+cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* out) {
+  if (!out) return CUDNN_STATUS_BAD_PARAM;
+  *out = vcudnnMemoryStats_t{};
+  try {
+    const memory::MemoryManager* m = memory::manager();
+    if (!m) return CUDNN_STATUS_SUCCESS;
+    const memory::ManagerStats s = m->stats();
+    out->active = 1;
+    out->budgetBytes = s.budget;
+    out->mappedBytes = s.mapped;
+    out->peakMappedBytes = s.peak_mapped;
+    out->liveBytes = s.live;
+    out->cachedBytes = s.cached;
+    out->evictedBytes = s.evicted_now;
+    out->hostBudgetBytes = s.host_budget;
+    out->allocations = s.allocations;
+    out->frees = s.frees;
+    out->cacheHits = s.cache_hits;
+    out->failedAllocations = s.failed_allocations;
+    out->evictions = s.evictions;
+    out->restores = s.restores;
+    out->faultIns = s.fault_ins;
+    out->bytesEvicted = s.bytes_evicted;
+    out->bytesRestored = s.bytes_restored;
+    out->trackedCalls = s.tracked_calls;
+    out->trackedHits = s.tracked_hits;
+    out->foreignAllocations = s.foreign_allocations;
+    out->fragmentation = s.fragmentation;
+    return CUDNN_STATUS_SUCCESS;
+  } catch (...) {
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
+}
+
+cudnnStatus_t vcudnnEvictBuffer(const void* address) {
+  try {
+    memory::MemoryManager* m = memory::manager();
+    if (!m) return CUDNN_STATUS_NOT_SUPPORTED;
+    switch (m->evict(reinterpret_cast<uint64_t>(address))) {
+      case memory::EvictResult::kOk:
+        return CUDNN_STATUS_SUCCESS;
+      case memory::EvictResult::kUnknown:
+      case memory::EvictResult::kTooSmall:
+        return CUDNN_STATUS_BAD_PARAM;
+      case memory::EvictResult::kAlreadyEvicted:
+        return CUDNN_STATUS_SUCCESS;
+      case memory::EvictResult::kNotAllowed:
+        return CUDNN_STATUS_NOT_SUPPORTED;
+      case memory::EvictResult::kNoHostMemory:
+        return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
+      case memory::EvictResult::kFailed:
+        break;
+    }
+    return CUDNN_STATUS_EXECUTION_FAILED;
+  } catch (...) {
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
+}
+
+cudnnStatus_t vcudnnRestoreBuffer(const void* address) {
+  try {
+    memory::MemoryManager* m = memory::manager();
+    if (!m) return CUDNN_STATUS_NOT_SUPPORTED;
+    switch (m->restore(reinterpret_cast<uint64_t>(address), std::nullopt)) {
+      case memory::RestoreResult::kOk:
+      case memory::RestoreResult::kNotEvicted:
+        return CUDNN_STATUS_SUCCESS;
+      case memory::RestoreResult::kUnknown:
+        return CUDNN_STATUS_BAD_PARAM;
+      case memory::RestoreResult::kNoRoom:
+        return CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+      case memory::RestoreResult::kFailed:
+        break;
+    }
+    return CUDNN_STATUS_EXECUTION_FAILED;
   } catch (...) {
     return CUDNN_STATUS_INTERNAL_ERROR;
   }

@@ -1,5 +1,6 @@
 // libvcudnn.so's ELF dynamic section and symbol table, read with <elf.h>: only system libraries
-// as DT_NEEDED, every hook exported, nothing but cudnn* and vcudnn* defined, no descriptor getters.
+// as DT_NEEDED, every hook exported, nothing defined outside the interposed libraries' prefixes
+// and vcudnn*, no descriptor getters or creators.
 #include <catch2/catch.hpp>
 
 #include <elf.h>
@@ -136,6 +137,23 @@ const std::vector<std::string> kUsedOnly = {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// cudnn*, cublas* (cuBLASLt included), cuda* and __cuda* (CUDA runtime), cu[A-Z]* (driver), vcudnn*.
+bool interposable_name(const std::string& s) {
+  for (const char* prefix : {"cudnn", "cublas", "cuda", "__cuda", "vcudnn"})
+    if (starts_with(s, prefix)) return true;
+  return s.size() > 2 && starts_with(s, "cu") && s[2] >= 'A' && s[2] <= 'Z';
+}
+
+void check_exported(const std::map<std::string, Symbol>& syms, const std::string& name) {
+  INFO(name);
+  auto it = syms.find(name);
+  REQUIRE(it != syms.end());
+  CHECK(it->second.defined);
+  CHECK(it->second.bind == STB_GLOBAL);
+  CHECK(it->second.type == STT_FUNC);
+  CHECK(it->second.visibility == STV_DEFAULT);
+}
+
 }  // namespace
 
 TEST_CASE("elf: libvcudnn.so needs only system libraries", "[elf]") {
@@ -157,15 +175,33 @@ TEST_CASE("elf: libvcudnn.so needs only system libraries", "[elf]") {
 TEST_CASE("elf: every hooked cuDNN function is exported", "[elf]") {
   REQUIRE(kHooked.size() == 22);
   const auto syms = by_name(libvcudnn().dynsym);
-  for (const auto& name : kHooked) {
-    INFO(name);
-    auto it = syms.find(name);
-    REQUIRE(it != syms.end());
-    CHECK(it->second.defined);
-    CHECK(it->second.bind == STB_GLOBAL);
-    CHECK(it->second.type == STT_FUNC);
-    CHECK(it->second.visibility == STV_DEFAULT);
+  for (const auto& name : kHooked) check_exported(syms, name);
+}
+
+TEST_CASE("elf: pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt are exported", "[elf]") {
+  const auto syms = by_name(libvcudnn().dynsym);
+  // Generated (tools/gen_tracked_hooks.py): deprecated, _64, overloaded-in-C++ and Lt forms.
+  for (const char* name : {"cudnnBatchNormalizationForwardTraining", "cudnnBatchNormalizationForwardTrainingEx",
+                           "cudnnRNNForward", "cudnnBackendGetAttribute", "cublasSgemm_v2", "cublasSgemm_v2_64",
+                           "cublasGemmEx", "cublasGemmStridedBatchedEx", "cublasLtMatmul"})
+    check_exported(syms, name);
+  // Hand-written (interpose/library_hooks.cpp): pointers that outlive the call.
+  for (const char* name :
+       {"cudnnBackendSetAttribute", "cudnnBackendExecute", "cudnnBackendDestroyDescriptor", "cudnnSetDropoutDescriptor",
+        "cudnnFusedOpsExecute", "cublasSetWorkspace_v2", "cublasLtMatmulDescSetAttribute"})
+    check_exported(syms, name);
+  // Every pointer-taking function, not a sample: the installed cuDNN 9 / cuBLAS 13 have about 55 /
+  // 520 / 14 (cudnn_hooks.cpp adds 22 cuDNN hooks).
+  int cudnn = 0, cublas = 0, cublaslt = 0;
+  for (const auto& [name, sym] : syms) {
+    if (!sym.defined) continue;
+    cudnn += starts_with(name, "cudnn");
+    cublaslt += starts_with(name, "cublasLt");
+    cublas += starts_with(name, "cublas") && !starts_with(name, "cublasLt");
   }
+  CHECK(cudnn >= 22 + 50);
+  CHECK(cublas >= 500);
+  CHECK(cublaslt >= 10);
 }
 
 TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
@@ -181,13 +217,13 @@ TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
   }
 }
 
-TEST_CASE("elf: nothing but cudnn* and vcudnn* is defined", "[elf]") {
+TEST_CASE("elf: only cudnn*, cublas*, cuda*, __cuda*, cu[A-Z]* and vcudnn* are defined", "[elf]") {
   int defined = 0;
   for (const auto& s : libvcudnn().dynsym) {
     if (!s.defined || s.bind == STB_LOCAL) continue;
     ++defined;
     INFO("defined symbol " << s.name << " bind " << s.bind << " type " << s.type);
-    CHECK((starts_with(s.name, "cudnn") || starts_with(s.name, "vcudnn")));
+    CHECK(interposable_name(s.name));
     CHECK_FALSE(starts_with(s.name, "_Z"));  // no C++ symbol
     CHECK(s.name.find("fmt") == std::string::npos);
     CHECK(s.name.find("spdlog") == std::string::npos);
@@ -203,9 +239,11 @@ TEST_CASE("elf: descriptor getters and other used-only functions are not interpo
     auto it = syms.find(name);
     CHECK((it == syms.end() || !it->second.defined));
   }
-  // A few functions listed nowhere must not be defined either.
-  for (const char* name :
-       {"cudnnSetTensor4dDescriptor", "cudnnCreateTensorDescriptor", "cudnnBatchNormalizationForwardTraining"}) {
+  // Functions that take no device pointer are not interposed either: descriptor creators,
+  // setters and getters, handles, streams.
+  for (const char* name : {"cudnnSetTensor4dDescriptor", "cudnnCreateTensorDescriptor", "cudnnBackendCreateDescriptor",
+                           "cudnnGetDropoutDescriptor", "cublasCreate_v2", "cublasSetStream_v2", "cublasLtCreate",
+                           "cublasLtMatmulDescCreate", "cublasLtMatmulAlgoGetHeuristic"}) {
     INFO(name);
     auto it = syms.find(name);
     CHECK((it == syms.end() || !it->second.defined));

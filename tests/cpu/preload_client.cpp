@@ -5,9 +5,15 @@
 //             the library's own symbol, and prints both statuses; exit 1 if any differ. The
 //             Get*_v7 and Find* (non-Ex) calls are left out: real cuDNN 9.19 crashes on a null
 //             handle there (the [gpu] tests cover them).
+//   tracked:  the same for functions hooked only to track their device pointers (generated
+//             tracked_*.cpp and library_hooks.cpp), cuDNN, cuBLAS and cuBLASLt, the last two also
+//             loaded RTLD_LOCAL; also prints whether there are global symbols at all and whether
+//             each is another function than the library's own (all_interposed).
 //   self:     loads no cuDNN and calls one hooked function, so vcudnn must load cuDNN itself
 //             (VCUDNN_CUDNN_LIBRARY); prints the status.
 //   none:     calls nothing.
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cudnn.h>
 #include <dlfcn.h>
 
@@ -18,11 +24,13 @@
 namespace {
 
 void* g_cudnn = nullptr;
+void* g_lib = nullptr;  // where real_fn looks: g_cudnn, or cuBLAS / cuBLASLt in the tracked mode
 bool g_all_equal = true;
+bool g_all_interposed = true;
 
 template <typename Fn>
 Fn real_fn(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(g_cudnn, name));
+  return reinterpret_cast<Fn>(dlsym(g_lib ? g_lib : g_cudnn, name));
 }
 
 template <typename Fn>
@@ -31,19 +39,25 @@ Fn global_fn(const char* name) {
   return p ? reinterpret_cast<Fn>(p) : real_fn<Fn>(name);
 }
 
-#define BOTH(fn, ...)                                   \
-  do {                                                  \
-    auto hooked = global_fn<decltype(&::fn)>(#fn);      \
-    auto real = real_fn<decltype(&::fn)>(#fn);          \
-    if (!hooked || !real) {                             \
-      std::printf("%s missing\n", #fn);                 \
-      g_all_equal = false;                              \
-      break;                                            \
-    }                                                   \
-    int a = hooked(__VA_ARGS__), b = real(__VA_ARGS__); \
-    std::printf("%s hooked=%d real=%d\n", #fn, a, b);   \
-    if (a != b) g_all_equal = false;                    \
+void report(const char* fn, int hooked, int real) {
+  std::printf("%s hooked=%d real=%d\n", fn, hooked, real);
+  if (hooked != real) g_all_equal = false;
+}
+
+// Calls `name` (of type Fn) through the global symbol and through the library's own, reports both.
+#define BOTH_AS(Fn, name, ...)                                                                      \
+  do {                                                                                              \
+    auto hooked = global_fn<Fn>(name);                                                              \
+    auto real = real_fn<Fn>(name);                                                                  \
+    if (!hooked || !real) {                                                                         \
+      std::printf("%s missing\n", name);                                                            \
+      g_all_equal = false;                                                                          \
+      break;                                                                                        \
+    }                                                                                               \
+    if (reinterpret_cast<void*>(hooked) == reinterpret_cast<void*>(real)) g_all_interposed = false; \
+    report(name, hooked(__VA_ARGS__), real(__VA_ARGS__));                                           \
   } while (0)
+#define BOTH(fn, ...) BOTH_AS(decltype(&::fn), #fn, __VA_ARGS__)
 
 int run_statuses() {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
@@ -100,6 +114,101 @@ int run_statuses() {
   return g_all_equal ? 0 : 1;
 }
 
+void* load_local(const char* soname) {
+  void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!h) std::printf("cannot load %s: %s\n", soname, dlerror());
+  return h;
+}
+
+void tracked_cudnn() {
+  g_lib = g_cudnn;
+  cudnnTensorDescriptor_t x = nullptr, bn = nullptr;
+  real_fn<decltype(&::cudnnCreateTensorDescriptor)>("cudnnCreateTensorDescriptor")(&x);
+  real_fn<decltype(&::cudnnCreateTensorDescriptor)>("cudnnCreateTensorDescriptor")(&bn);
+  auto set4d = real_fn<decltype(&::cudnnSetTensor4dDescriptor)>("cudnnSetTensor4dDescriptor");
+  set4d(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 3, 8, 8);
+  set4d(bn, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 3, 1, 1);
+  float one = 1, zero = 0;
+  double mean_factor = 0.1;
+  BOTH(cudnnBatchNormalizationForwardInference, nullptr, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x, nullptr, x, nullptr,
+       bn, nullptr, nullptr, nullptr, nullptr, 1e-5);
+  BOTH(cudnnBatchNormalizationForwardTraining, nullptr, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x, nullptr, x, nullptr,
+       bn, nullptr, nullptr, mean_factor, nullptr, nullptr, 1e-5, nullptr, nullptr);
+  BOTH(cudnnAddTensor, nullptr, &one, bn, nullptr, &one, x, nullptr);
+  BOTH(cudnnSetTensor, nullptr, x, nullptr, &zero);
+  BOTH(cudnnBackendExecute, nullptr, nullptr, nullptr);
+
+  // A real variant pack (no GPU needed): setting its pointers succeeds, a wrong type does not.
+  auto create = real_fn<decltype(&::cudnnBackendCreateDescriptor)>("cudnnBackendCreateDescriptor");
+  cudnnBackendDescriptor_t pack = nullptr, other = nullptr;
+  create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+  create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &other);
+  void* pointers[2] = {&one, &zero};
+  int64_t ids[2] = {1, 2};
+  BOTH(cudnnBackendSetAttribute, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 2, ids);
+  BOTH(cudnnBackendSetAttribute, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 2, pointers);
+  BOTH(cudnnBackendSetAttribute, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, pointers);
+  BOTH(cudnnBackendSetAttribute, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_INT64, 1, ids);
+  BOTH(cudnnBackendExecute, nullptr, nullptr, pack);
+  // Destroyed once each: the hook one descriptor, the real library the other.
+  auto destroy_hooked = global_fn<decltype(&::cudnnBackendDestroyDescriptor)>("cudnnBackendDestroyDescriptor");
+  auto destroy_real = real_fn<decltype(&::cudnnBackendDestroyDescriptor)>("cudnnBackendDestroyDescriptor");
+  if (reinterpret_cast<void*>(destroy_hooked) == reinterpret_cast<void*>(destroy_real)) g_all_interposed = false;
+  report("cudnnBackendDestroyDescriptor", destroy_hooked(pack), destroy_real(other));
+
+  cudnnDropoutDescriptor_t dropout = nullptr;
+  real_fn<decltype(&::cudnnCreateDropoutDescriptor)>("cudnnCreateDropoutDescriptor")(&dropout);
+  BOTH(cudnnSetDropoutDescriptor, dropout, nullptr, 0.5f, nullptr, 0, 42);
+}
+
+void tracked_cublas() {
+  g_lib = load_local("libcublas.so.13");
+  if (!g_lib) {
+    g_all_equal = false;
+    return;
+  }
+  float one = 1, zero = 0;
+  BOTH(cublasSgemm_v2, nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, nullptr, 2, nullptr, 2, &zero, nullptr, 2);
+  // cublas_api.h overloads cublasGemmEx for C++: the exported one takes a cublasComputeType_t.
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  BOTH_AS(GemmEx, "cublasGemmEx", nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, nullptr, CUDA_R_32F, 2, nullptr,
+          CUDA_R_32F, 2, &zero, nullptr, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  BOTH(cublasSetWorkspace_v2, nullptr, &one, sizeof(one));
+}
+
+void tracked_cublaslt() {
+  g_lib = load_local("libcublasLt.so.13");
+  if (!g_lib) {
+    g_all_equal = false;
+    return;
+  }
+  float one = 1, zero = 0;
+  BOTH(cublasLtMatmul, nullptr, nullptr, &one, nullptr, nullptr, nullptr, nullptr, &zero, nullptr, nullptr, nullptr,
+       nullptr, nullptr, nullptr, 0, nullptr);
+  // A real descriptor (host memory only): an 8-byte pointer attribute is accepted, a short one not.
+  cublasLtMatmulDesc_t desc = nullptr;
+  real_fn<decltype(&::cublasLtMatmulDescCreate)>("cublasLtMatmulDescCreate")(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  void* bias = &one;
+  BOTH(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+  BOTH(cublasLtMatmulDescSetAttribute, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, 4);
+  real_fn<decltype(&::cublasLtMatmulDescDestroy)>("cublasLtMatmulDescDestroy")(desc);
+}
+
+int run_tracked() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  g_cudnn = load_local("libcudnn.so.9");
+  if (!g_cudnn) return 2;
+  std::printf("global_symbols=%s\n", dlsym(RTLD_DEFAULT, "cudnnBackendExecute") ? "yes" : "no");
+  tracked_cudnn();
+  tracked_cublas();
+  tracked_cublaslt();
+  std::printf("all_interposed=%s\n", g_all_interposed ? "yes" : "no");
+  std::printf("all_equal=%s\n", g_all_equal ? "yes" : "no");
+  return g_all_equal ? 0 : 1;
+}
+
 int run_self() {
   void* p = dlsym(RTLD_DEFAULT, "cudnnGetConvolutionForwardAlgorithmMaxCount");
   if (!p) {
@@ -117,6 +226,7 @@ int run_self() {
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "statuses";
   if (mode == "statuses") return run_statuses();
+  if (mode == "tracked") return run_tracked();
   if (mode == "self") return run_self();
   if (mode == "none") return 0;
   std::printf("unknown mode %s\n", mode.c_str());

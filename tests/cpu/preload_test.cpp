@@ -3,6 +3,7 @@
 // pass-through with one clear error, and the load/exit lines say what happened.
 #include <catch2/catch.hpp>
 
+#include <cublas_v2.h>
 #include <cudnn.h>
 
 #include <filesystem>
@@ -49,6 +50,30 @@ TEST_CASE("interposed calls return exactly what the real cuDNN returns", "[prelo
     CHECK(counter_value(exit_line[0], k) == 1);
   CHECK(exit_line[0].find("exit: 16 calls") != std::string::npos);
   CHECK(counter_value(exit_line[0], "get_algo_v7_fwd") == -1);  // never called: not listed
+}
+
+TEST_CASE("pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt return the real statuses", "[preload]") {
+  SECTION("preloaded") {
+    auto r = run_client("tracked", {{"VCUDNN_LOG_FILE", std::nullopt}});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(grep(r.out, "global_symbols=yes").size() == 1);
+    CHECK(grep(r.out, "all_interposed=yes").size() == 1);  // every global symbol was vcudnn's
+    CHECK(grep(r.out, "hooked=").size() == 18);
+    CHECK(grep(r.out, "all_equal=yes").size() == 1);
+    // The calls were rejected (or, for a real descriptor, accepted) by the real libraries.
+    CHECK(grep(r.out, "cudnnBackendExecute hooked=" + std::to_string(CUDNN_STATUS_BAD_PARAM)).size() == 2);
+    CHECK(grep(r.out, "cudnnBackendSetAttribute hooked=0 ").size() == 3);
+    CHECK(grep(r.out, "cublasSgemm_v2 hooked=" + std::to_string(CUBLAS_STATUS_NOT_INITIALIZED)).size() == 1);
+    CHECK(grep(r.out, "cublasLtMatmulDescSetAttribute hooked=0 ").size() == 1);
+  }
+  SECTION("not preloaded") {
+    auto r = run_process({client(), "tracked"}, {{"LD_PRELOAD", std::nullopt}});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(grep(r.out, "global_symbols=no").size() == 1);
+    CHECK(grep(r.out, "all_equal=yes").size() == 1);
+  }
 }
 
 TEST_CASE("without the preload nothing is interposed", "[preload]") {

@@ -147,6 +147,46 @@ VCUDNN_API cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, con
                                                       const cudnnConvolutionDescriptor_t convDesc,
                                                       const cudnnTensorDescriptor_t yDesc, vcudnnPlanInfo_t* info);
 
+/* Memory ownership (VCUDNN_POLICY=offload): what vcudnn's device arena holds. Byte counts are
+ * physical device memory unless named otherwise. */
+typedef struct {
+  int active;                    /* 1: vcudnn serves the process's cudaMalloc and cudaFree calls */
+  uint64_t budgetBytes;          /* VCUDNN_DEVICE_BUDGET (0: none) */
+  uint64_t mappedBytes;          /* device memory mapped into the arena now */
+  uint64_t peakMappedBytes;      /* most ever mapped at once (never above budgetBytes) */
+  uint64_t liveBytes;            /* requested bytes of buffers not freed (evicted included) */
+  uint64_t cachedBytes;          /* freed buffers kept mapped for reuse */
+  uint64_t evictedBytes;         /* bytes of live buffers held on the host now */
+  uint64_t hostBudgetBytes;      /* VCUDNN_HOST_BUDGET: pinned host memory reserved for evictions */
+  uint64_t allocations;          /* cudaMalloc / cudaMallocAsync served */
+  uint64_t frees;                /* cudaFree / cudaFreeAsync served */
+  uint64_t cacheHits;            /* allocations served from freed buffers without mapping */
+  uint64_t failedAllocations;    /* answered cudaErrorMemoryAllocation */
+  uint64_t evictions;            /* buffers moved to the host */
+  uint64_t restores;             /* buffers brought back (fault-ins included) */
+  uint64_t faultIns;             /* restores forced by an access to an evicted buffer */
+  uint64_t bytesEvicted;         /* total device-to-host bytes */
+  uint64_t bytesRestored;        /* total host-to-device bytes */
+  uint64_t trackedCalls;         /* calls whose pointers were checked (launches, memcpy, libraries) */
+  uint64_t trackedHits;          /* buffer accesses found in them */
+  uint64_t foreignAllocations;   /* allocations passed through unserved (managed, host, driver API) */
+  double fragmentation;          /* 1 - resident live bytes / mapped bytes */
+} vcudnnMemoryStats_t;
+
+/* Fills *stats; CUDNN_STATUS_BAD_PARAM for NULL. Works under LD_PRELOAD (look it up with dlsym);
+ * under other policies active is 0 and the rest is zero. */
+VCUDNN_API cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* stats);
+
+/* Test and tool hooks on one owned buffer (the address cudaMalloc* returned): move it to the host
+ * now / bring it back now. CUDNN_STATUS_BAD_PARAM for an address vcudnn does not own, or a buffer
+ * below one granule (never evicted); CUDNN_STATUS_NOT_SUPPORTED when eviction is off (no
+ * ownership, a CUDA graph seen, a pinned or library buffer);
+ * CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED when the host budget cannot take it;
+ * CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED when the device budget cannot hold it
+ * again. Evicting an evicted buffer or restoring a resident one succeeds and does nothing. */
+VCUDNN_API cudnnStatus_t vcudnnEvictBuffer(const void* address);
+VCUDNN_API cudnnStatus_t vcudnnRestoreBuffer(const void* address);
+
 #ifdef __cplusplus
 } /* extern "C" */
 

@@ -1,0 +1,198 @@
+// Hand-written tracking hooks for the cuDNN, cuBLAS and cuBLASLt functions whose pointers outlive
+// the call: a descriptor or handle keeps a device pointer that a later call uses. Those pointers
+// are pinned (a library may use them at any time) or remembered with their descriptor and touched
+// when it executes. Every other pointer-carrying function is generated (tracked_hook.h).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "interpose/tracked_hook.h"
+#include "runtime/no_destroy.h"
+
+// cudnnFusedOps* and their types are deprecated in cuDNN 9 but still exported: still hooked.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+using namespace vcudnn;
+using namespace vcudnn::interpose;
+
+namespace {
+
+constexpr auto kNoReport = [](const char*) { return true; };
+
+// The device pointers each descriptor holds, per attribute (a variant pack gets its data pointers
+// and its workspace in separate calls; setting an attribute again replaces its pointers).
+// memory::remember takes a descriptor's pointers all at once, so they are kept together here.
+class HeldPointers {
+ public:
+  void set(const void* owner, int64_t attribute, std::vector<uint64_t> words) {
+    std::lock_guard lock(mu_);
+    auto& attributes = held_[owner];
+    attributes[attribute] = std::move(words);
+    std::vector<uint64_t> all;
+    for (const auto& [_, w] : attributes) all.insert(all.end(), w.begin(), w.end());
+    memory::remember(owner, all.data(), all.size());
+  }
+
+  void drop(const void* owner) {
+    std::lock_guard lock(mu_);
+    held_.erase(owner);
+    memory::forget(owner);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<const void*, std::map<int64_t, std::vector<uint64_t>>> held_;
+};
+
+// NoDestroy: a descriptor may be destroyed during process teardown.
+HeldPointers& held() {
+  static NoDestroy<HeldPointers> instance;
+  return instance.get();
+}
+
+std::vector<uint64_t> pointer_words(const void* array, int64_t count) {
+  std::vector<uint64_t> words;
+  if (!array || count <= 0) return words;
+  const auto* pointers = static_cast<void* const*>(array);
+  for (int64_t i = 0; i < count; ++i) words.push_back(tracked_word(pointers[i]));
+  return words;
+}
+
+// Dropout states are written by cudnnSetDropoutDescriptor and used by every later dropout and RNN
+// call through the descriptor: pinned, and this call's access reported.
+bool pin_and_touch(void* states, const char* api) {
+  const uint64_t word = tracked_word(states);
+  memory::pin(&word, 1, api);
+  return memory::touch(&word, 1, memory::Access::kUnknown, std::nullopt, api);
+}
+
+// A cuDNN graph replays the variant pack's pointers without vcudnn seeing it.
+bool graph_use(cudnnBackendDescriptor_t variant_pack, const char* api) {
+  memory::note_graph_use(api);
+  return memory::touch_remembered(variant_pack, std::nullopt, api);
+}
+
+}  // namespace
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+// ---- cuDNN backend (graph API): the variant pack carries the pointers to cudnnBackendExecute.
+
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType, int64_t elementCount,
+                                       const void* arrayOfElements) {
+  const cudnnStatus_t status = Tracked<&::cudnnBackendSetAttribute>::call(
+      Library::kCudnn, __func__, kNoReport, descriptor, attributeName, attributeType, elementCount, arrayOfElements);
+  if (status == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_VOID_PTR && memory::active())
+    held().set(descriptor, attributeName, pointer_words(arrayOfElements, elementCount));
+  return status;
+}
+
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                  cudnnBackendDescriptor_t variantPack) {
+  return Tracked<&::cudnnBackendExecute>::call(
+      Library::kCudnn, __func__,
+      [&](const char* api) { return memory::touch_remembered(variantPack, std::nullopt, api); }, handle, executionPlan,
+      variantPack);
+}
+
+cudnnStatus_t cudnnBackendPopulateCudaGraph(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                            cudnnBackendDescriptor_t variantPack, cudaGraph_t graph) {
+  return Tracked<&::cudnnBackendPopulateCudaGraph>::call(
+      Library::kCudnn, __func__, [&](const char* api) { return graph_use(variantPack, api); }, handle, executionPlan,
+      variantPack, graph);
+}
+
+cudnnStatus_t cudnnBackendUpdateCudaGraph(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                          cudnnBackendDescriptor_t variantPack, cudaGraph_t graph) {
+  return Tracked<&::cudnnBackendUpdateCudaGraph>::call(
+      Library::kCudnn, __func__, [&](const char* api) { return graph_use(variantPack, api); }, handle, executionPlan,
+      variantPack, graph);
+}
+
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
+  if (memory::active()) held().drop(descriptor);
+  return Tracked<&::cudnnBackendDestroyDescriptor>::call(Library::kCudnn, __func__, kNoReport, descriptor);
+}
+
+// ---- cuDNN fused ops (legacy): the variant parameter pack carries the pointers to the execute.
+
+cudnnStatus_t cudnnSetFusedOpsVariantParamPackAttribute(cudnnFusedOpsVariantParamPack_t varPack,
+                                                        cudnnFusedOpsVariantParamLabel_t paramLabel, void* ptr) {
+  const cudnnStatus_t status = Tracked<&::cudnnSetFusedOpsVariantParamPackAttribute>::call(
+      Library::kCudnn, __func__, kNoReport, varPack, paramLabel, ptr);
+  // Labels below the scalars are device pointers; the scalars point at host values.
+  if (status == CUDNN_STATUS_SUCCESS && paramLabel < CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES && memory::active())
+    held().set(varPack, paramLabel, {tracked_word(ptr)});
+  return status;
+}
+
+cudnnStatus_t cudnnFusedOpsExecute(cudnnHandle_t handle, const cudnnFusedOpsPlan_t plan,
+                                   cudnnFusedOpsVariantParamPack_t varPack) {
+  return Tracked<&::cudnnFusedOpsExecute>::call(
+      Library::kCudnn, __func__, [&](const char* api) { return memory::touch_remembered(varPack, std::nullopt, api); },
+      handle, plan, varPack);
+}
+
+cudnnStatus_t cudnnDestroyFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack_t varPack) {
+  if (memory::active()) held().drop(varPack);
+  return Tracked<&::cudnnDestroyFusedOpsVariantParamPack>::call(Library::kCudnn, __func__, kNoReport, varPack);
+}
+
+// ---- cuDNN dropout states.
+
+cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
+                                        void* states, size_t stateSizeInBytes, unsigned long long seed) {
+  return Tracked<&::cudnnSetDropoutDescriptor>::call(
+      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, api); }, dropoutDesc, handle,
+      dropout, states, stateSizeInBytes, seed);
+}
+
+cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
+                                            void* states, size_t stateSizeInBytes, unsigned long long seed) {
+  return Tracked<&::cudnnRestoreDropoutDescriptor>::call(
+      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, api); }, dropoutDesc, handle,
+      dropout, states, stateSizeInBytes, seed);
+}
+
+// ---- cuBLAS: the handle keeps its workspace for every later call.
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes) {
+  return Tracked<&::cublasSetWorkspace_v2>::call(
+      Library::kCublas, __func__,
+      [&](const char* api) {
+        const uint64_t word = tracked_word(workspace);
+        memory::pin(&word, 1, api);
+        return true;
+      },
+      handle, workspace, workspaceSizeInBytes);
+}
+
+// ---- cuBLASLt: pointer attributes of a matmul descriptor (bias, scales, amax, epilogue aux)
+// are read by every cublasLtMatmul using it. An 8-byte value that is not a pointer (a stride or
+// leading dimension) matches no buffer and pins nothing.
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t sizeInBytes) {
+  return Tracked<&::cublasLtMatmulDescSetAttribute>::call(
+      Library::kCublasLt, __func__,
+      [&](const char* api) {
+        if (buf && sizeInBytes == sizeof(uint64_t)) {
+          uint64_t word = 0;
+          std::memcpy(&word, buf, sizeof(word));
+          memory::pin(&word, 1, api);
+        }
+        return true;
+      },
+      matmulDesc, attr, buf, sizeInBytes);
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

@@ -1,0 +1,126 @@
+// The allocation hooks of memory ownership (VCUDNN_POLICY=offload): cudaMalloc, cudaFree,
+// cudaMallocAsync, cudaFreeAsync served from vcudnn's arena; cudaMemGetInfo reports the budget;
+// cudaMallocFromPoolAsync passes through, counted. Under any other policy (or when the arena could
+// not start) every hook forwards to the real runtime unchanged.
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/memory_manager.h"
+#include "runtime/real_api.h"
+
+using namespace vcudnn;
+using namespace vcudnn::memory;
+
+namespace {
+
+// NVIDIA's libraries allocate memory their own kernels use out of vcudnn's sight: never evicted.
+bool is_library(const char* path) {
+  const char* base = std::strrchr(path, '/');
+  base = base ? base + 1 : path;
+  for (const char* prefix : {"libcudnn", "libcublas", "libcufft", "libcurand", "libcusparse", "libcusolver",
+                             "libnccl", "libnvrtc", "libnvJitLink", "libcudart", "libcuda.", "libnvidia"}) {
+    if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) return true;
+  }
+  return false;
+}
+
+Origin origin_of(void* return_address) {
+  static std::mutex mu;
+  static std::unordered_map<void*, Origin>* cache = new std::unordered_map<void*, Origin>();
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache->find(return_address);
+  if (it != cache->end()) return it->second;
+  Dl_info info{};
+  const Origin o = dladdr(return_address, &info) && info.dli_fname && is_library(info.dli_fname) ? Origin::kLibrary
+                                                                                                   : Origin::kFramework;
+  cache->emplace(return_address, o);
+  return o;
+}
+
+// The manager when it serves the calling thread's current device.
+MemoryManager* serving() {
+  MemoryManager* m = manager();
+  if (!m) return nullptr;
+  int device = -1;
+  const RealCudart& rt = real_cudart();
+  if (!rt.cudaGetDevice || rt.cudaGetDevice(&device) != cudaSuccess || device != manager_device()) return nullptr;
+  return m;
+}
+
+cudaError_t unresolved() { return cudaErrorSharedObjectSymbolNotFound; }
+
+cudaError_t serve(MemoryManager* m, void** ptr, size_t size, StreamRef stream, void* caller) {
+  const std::optional<uint64_t> a = m->allocate(size, stream, origin_of(caller));
+  if (!a) return cudaErrorMemoryAllocation;
+  *ptr = reinterpret_cast<void*>(*a);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+#pragma GCC visibility push(default)
+extern "C" {
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  MemoryManager* m = devPtr ? serving() : nullptr;
+  if (m) return serve(m, devPtr, size, std::nullopt, __builtin_return_address(0));
+  const auto real = real_cudart().cudaMalloc;
+  return real ? real(devPtr, size) : unresolved();
+}
+
+cudaError_t cudaFree(void* devPtr) {
+  // cudaFree(nullptr) initialises the context: always the real one.
+  if (devPtr) {
+    if (MemoryManager* m = manager(); m && m->free(reinterpret_cast<uint64_t>(devPtr), std::nullopt))
+      return cudaSuccess;
+  }
+  const auto real = real_cudart().cudaFree;
+  return real ? real(devPtr) : unresolved();
+}
+
+cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
+  MemoryManager* m = devPtr ? serving() : nullptr;
+  if (m && m->graphs_seen()) {
+    // Inside a capture the allocation belongs to the graph: CUDA's own allocator serves it.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const RealCudart& rt = real_cudart();
+    if (!rt.cudaStreamIsCapturing || rt.cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+        status != cudaStreamCaptureStatusNone)
+      m = nullptr;
+  }
+  if (m) return serve(m, devPtr, size, stream, __builtin_return_address(0));
+  const auto real = real_cudart().cudaMallocAsync;
+  return real ? real(devPtr, size, stream) : unresolved();
+}
+
+cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  if (devPtr) {
+    if (MemoryManager* m = manager(); m && m->free(reinterpret_cast<uint64_t>(devPtr), stream)) return cudaSuccess;
+  }
+  const auto real = real_cudart().cudaFreeAsync;
+  return real ? real(devPtr, stream) : unresolved();
+}
+
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+  if (manager()) count_foreign_allocation("cudaMallocFromPoolAsync", size);
+  const auto real = real_cudart().cudaMallocFromPoolAsync;
+  return real ? real(ptr, size, pool, stream) : unresolved();
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  if (MemoryManager* m = serving(); m && m->budget() && free && total) {
+    const auto [f, t] = m->budget_info();
+    *free = f;
+    *total = t;
+    return cudaSuccess;
+  }
+  const auto real = real_cudart().cudaMemGetInfo;
+  return real ? real(free, total) : unresolved();
+}
+
+}  // extern "C"
+#pragma GCC visibility pop
