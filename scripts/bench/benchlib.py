@@ -87,3 +87,155 @@ def training_step(model_name, batch, size, benchmark=False):
         opt.step()
 
     return step
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Memory ownership (VCUDNN_POLICY=offload): shared by tests/pytorch/train_offload.py and scripts/bench/offload*.
+
+def runtime_library_path():
+    """LD_LIBRARY_PATH for any program run under vcudnn: PyTorch's cuDNN, CUDA's libraries, the CUDA runtime of
+    PyTorch's wheel (as scripts/gpu-test builds it), then the caller's own LD_LIBRARY_PATH."""
+    import glob  # noqa: PLC0415
+
+    dirs = [d for d in library_path().split(":") if d]
+    if os.environ.get("CUDNN_ROOT"):
+        dirs += [os.path.join(os.environ["CUDNN_ROOT"], s) for s in ("lib", "lib64")]
+    try:
+        import nvidia  # noqa: PLC0415 - optional (namespace package of PyTorch's wheels)
+
+        for base in nvidia.__path__:
+            for f in glob.glob(os.path.join(base, "**", "libcudart.so.1[0-9]"), recursive=True):
+                if os.path.dirname(f) not in dirs:
+                    dirs.append(os.path.dirname(f))
+    except Exception:  # noqa: BLE001
+        pass
+    dirs = [d for d in dirs if os.path.isdir(d)]
+    old = os.environ.get("LD_LIBRARY_PATH", "")
+    return ":".join(dirs + ([old] if old else []))
+
+
+# vcudnnMemoryStats_t of interpose/include/vcudnn/vcudnn.h, field for field, in order: keep the two in step.
+MEMORY_STATS_FIELDS = (
+    ("active", "c_int"),
+    ("budgetBytes", "c_uint64"),
+    ("mappedBytes", "c_uint64"),
+    ("peakMappedBytes", "c_uint64"),
+    ("liveBytes", "c_uint64"),
+    ("cachedBytes", "c_uint64"),
+    ("evictedBytes", "c_uint64"),
+    ("hostBudgetBytes", "c_uint64"),
+    ("allocations", "c_uint64"),
+    ("frees", "c_uint64"),
+    ("cacheHits", "c_uint64"),
+    ("failedAllocations", "c_uint64"),
+    ("evictions", "c_uint64"),
+    ("restores", "c_uint64"),
+    ("faultIns", "c_uint64"),
+    ("bytesEvicted", "c_uint64"),
+    ("bytesRestored", "c_uint64"),
+    ("trackedCalls", "c_uint64"),
+    ("trackedHits", "c_uint64"),
+    ("foreignAllocations", "c_uint64"),
+    ("fragmentation", "c_double"),
+)
+
+
+def vcudnn_memory_stats():
+    """vcudnnGetMemoryStats() of the libvcudnn.so loaded in this process (LD_PRELOAD) as a dict, or None when no
+    vcudnn is loaded. {"error": status} when the call fails. Synchronise the device first for settled numbers."""
+    import ctypes  # noqa: PLC0415
+
+    class Stats(ctypes.Structure):
+        _fields_ = [(name, getattr(ctypes, kind)) for name, kind in MEMORY_STATS_FIELDS]
+
+    try:
+        fn = ctypes.CDLL(None).vcudnnGetMemoryStats  # the preloaded library's symbols are global
+    except AttributeError:
+        return None
+    fn.argtypes = [ctypes.POINTER(Stats)]
+    fn.restype = ctypes.c_int  # cudnnStatus_t
+    stats = Stats()
+    status = fn(ctypes.byref(stats))
+    if status != 0:
+        return {"error": status}
+    return {name: getattr(stats, name) for name, _ in MEMORY_STATS_FIELDS}
+
+
+OFFLOAD_MODELS = ("resnet18", "resnet50", "transformer")
+
+
+def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=256, vocab=1000, pin_cores=True):
+    """A training step on synthetic data generated on the CPU from `seed`, so that every process, whatever it
+    preloads, starts from the same weights and sees the same bytes. resnet18/resnet50: torchvision, images
+    batch x 3 x size x size, `num_classes` classes, SGD with momentum. transformer: token embedding +
+    nn.TransformerEncoder (d_model 512, 8 heads, 6 layers, feed-forward 2048, dropout 0.1, batch_first) + linear head,
+    `seq` tokens of a `vocab`-word vocabulary, cross-entropy per token, AdamW. Returns step(), which runs one
+    iteration and returns the loss as a CUDA tensor (no synchronisation). Dropout draws from CUDA's generator,
+    seeded here too. pin_cores: run on cores 2-7, as training_step does (less placement noise)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torchvision
+
+    if pin_cores and hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 8:
+        os.sched_setaffinity(0, set(range(2, 8)))
+    torch.manual_seed(seed)  # weights (built on the CPU) and CUDA's generator (dropout)
+    gen = torch.Generator().manual_seed(seed + 1)
+    if model_name == "transformer":
+        d_model = 512
+        layer = nn.TransformerEncoderLayer(d_model, nhead=8, dim_feedforward=2048, dropout=0.1, batch_first=True)
+        model = nn.Sequential(nn.Embedding(vocab, d_model),
+                              nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False),
+                              nn.Linear(d_model, vocab))
+        x = torch.randint(0, vocab, (batch, seq), generator=gen)
+        y = torch.randint(0, vocab, (batch, seq), generator=gen)
+        model = model.cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+
+        def loss_of(out, target):
+            return F.cross_entropy(out.reshape(-1, vocab), target.reshape(-1))
+    elif model_name in ("resnet18", "resnet50"):
+        model = getattr(torchvision.models, model_name)(num_classes=num_classes).cuda()
+        x = torch.randn(batch, 3, size, size, generator=gen)
+        y = torch.randint(0, num_classes, (batch,), generator=gen)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_of = F.cross_entropy
+    else:
+        raise ValueError(f"unknown model {model_name!r} (expected one of {', '.join(OFFLOAD_MODELS)})")
+    model.train()
+    x, y = x.cuda(), y.cuda()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def torch_versions():
+    """Versions and device as PyTorch sees them (call once CUDA is initialised)."""
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "torch_cudnn": torch.backends.cudnn.version(),
+        "device": torch.cuda.get_device_name(),
+        "allocator_backend": torch.cuda.get_allocator_backend(),
+        "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "ld_preload": os.environ.get("LD_PRELOAD", ""),
+    }
+
+
+def torch_peak_memory():
+    """PyTorch's own peak statistics (zero under vcudnn, whose arena PyTorch's pool never sees)."""
+    import torch
+
+    try:
+        return {"max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved()}
+    except Exception as e:  # noqa: BLE001 - a statistic must not lose the run
+        return {"max_memory_allocated": None, "max_memory_reserved": None, "error": str(e)}

@@ -1,0 +1,196 @@
+// [pytorch][offload] An unmodified PyTorch (cuDNN graph API, one cudaMallocAsync per tensor) under
+// VCUDNN_POLICY=offload: vcudnn serves its memory, and under a device budget of 60% of what the
+// step needs, evicts buffers to the host and brings them back; the losses stay bit-identical.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string_view>
+
+#include "tests/common/test_util.h"
+
+extern char** environ;
+
+using namespace vcudnn::test;
+
+namespace {
+
+constexpr int kSteps = 4;
+constexpr const char* kAllocConf = "backend:cudaMallocAsync";  // vcudnn refuses expandable_segments
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Batches large enough that most activations are above one 2 MiB granule (smaller buffers are
+// never evicted), small enough that the three runs of one model take well under a minute.
+struct Model {
+  const char* name;
+  int batch;
+};
+
+struct Run {
+  std::string tag;
+  ProcessResult proc;
+  nlohmann::json result;  // null when the worker failed
+  std::string log;        // vcudnn's log (preloaded runs)
+};
+
+// Every run: PyTorch's cudaMallocAsync backend, cuDNN's graph API (TORCH_CUDNN_V8_API_DISABLED
+// unset) and no vcudnn setting inherited from the caller's shell.
+std::map<std::string, std::optional<std::string>> base_env() {
+  std::map<std::string, std::optional<std::string>> env{{"LD_PRELOAD", std::nullopt},
+                                                        {"TORCH_CUDNN_V8_API_DISABLED", std::nullopt},
+                                                        {"PYTORCH_CUDA_ALLOC_CONF", kAllocConf},
+                                                        {"PYTHONUNBUFFERED", "1"}};
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view kv(*e);
+    const std::string name(kv.substr(0, kv.find('=')));
+    if (name.starts_with("VCUDNN_") && name != "VCUDNN_TEST_PYTHON" && name != "VCUDNN_TEST_SOURCE_DIR" &&
+        name != "VCUDNN_BUILD_DIR")
+      env[name] = std::nullopt;
+  }
+  return env;
+}
+
+// preload: LD_PRELOAD=libvcudnn.so with VCUDNN_POLICY=offload; budget: VCUDNN_DEVICE_BUDGET in bytes.
+Run train(const Model& m, const std::string& tag, const TempDir& tmp, bool preload,
+          std::optional<uint64_t> budget = std::nullopt) {
+  auto env = base_env();
+  if (preload) {
+    env["LD_PRELOAD"] = libvcudnn_path();
+    env["VCUDNN_POLICY"] = "offload";
+    env["VCUDNN_LOG_LEVEL"] = "info";
+    env["VCUDNN_LOG_FILE"] = tmp.file(tag + ".log");
+  }
+  if (budget) env["VCUDNN_DEVICE_BUDGET"] = std::to_string(*budget);
+  const std::string json_path = tmp.file(tag + ".json");
+  Run r{tag, {}, nullptr, {}};
+  r.proc =
+      run_process({python_executable(), source_dir() + "/tests/pytorch/train_offload.py", "--model", m.name, "--batch",
+                   std::to_string(m.batch), "--steps", std::to_string(kSteps), "--seed", "0", "--json", json_path},
+                  env, 600);
+  if (preload) r.log = read_file(tmp.file(tag + ".log"));
+  if (r.proc.exit_code == 0) {
+    auto parsed = nlohmann::json::parse(read_file(json_path), nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_discarded()) r.result = std::move(parsed);
+  }
+  return r;
+}
+
+// Everything a failure report needs: the worker's output and vcudnn's log.
+std::string describe(const Run& r) {
+  std::ostringstream s;
+  s << r.tag << ": exit " << r.proc.exit_code << "\n--- stdout\n" << r.proc.out << "--- stderr\n" << r.proc.err;
+  if (!r.log.empty()) s << "--- vcudnn log\n" << r.log;
+  return s.str();
+}
+
+uint64_t mem_stat(const Run& r, const char* key) { return r.result.at("vcudnn").at(key).get<uint64_t>(); }
+
+// One line per run for the log: step times, peak memory, eviction traffic, vcudnn's exit line.
+std::string numbers(const Run& r) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(1);
+  s << r.tag << ": step ms";
+  for (const auto& ms : r.result.at("step_ms")) s << " " << ms.get<double>();
+  const auto& v = r.result.at("vcudnn");
+  if (v.is_null()) {
+    const auto& peak = r.result.at("max_memory_allocated");
+    if (peak.is_number()) s << "; PyTorch max_memory_allocated " << peak.get<double>() / kMiB << " MiB";
+    return s.str();
+  }
+  s << "; peakMapped " << mem_stat(r, "peakMappedBytes") / kMiB << " MiB (budget " << mem_stat(r, "budgetBytes") / kMiB
+    << " MiB), allocations " << mem_stat(r, "allocations") << ", evictions " << mem_stat(r, "evictions")
+    << ", restores " << mem_stat(r, "restores") << ", fault-ins " << mem_stat(r, "faultIns") << ", moved out "
+    << mem_stat(r, "bytesEvicted") / kMiB << " MiB, back " << mem_stat(r, "bytesRestored") / kMiB
+    << " MiB, failed allocations " << mem_stat(r, "failedAllocations") << ", tracked calls "
+    << mem_stat(r, "trackedCalls");
+  const auto exit_lines = grep(r.log, "exit: ");
+  if (!exit_lines.empty()) s << "\n  " << exit_lines.back();
+  return s.str();
+}
+
+void require_ran(const Run& r) {
+  INFO(describe(r));
+  REQUIRE(r.proc.exit_code == 0);
+  REQUIRE(r.result.is_object());
+  REQUIRE(r.result.at("losses").size() == kSteps);
+  CHECK(r.result.at("finite").get<bool>());
+  CHECK(r.result.at("deterministic").get<bool>());
+  CHECK(r.result.at("allocator_backend") == "cudaMallocAsync");
+}
+
+void require_owned(const Run& r) {
+  INFO(describe(r));
+  // The struct came back: the preloaded library exports vcudnnGetMemoryStats and it succeeded.
+  REQUIRE(r.result.at("vcudnn").is_object());
+  REQUIRE(r.result.at("vcudnn").contains("active"));
+  CHECK(mem_stat(r, "active") == 1);
+  CHECK(mem_stat(r, "allocations") > 0);
+  CHECK(mem_stat(r, "failedAllocations") == 0);
+}
+
+// Bitwise is the right bar for offload, not a tolerance: owning memory and evicting it move
+// bytes exactly (device -> pinned host -> the same device address) and change nothing PyTorch,
+// cuDNN or cuBLAS decide from (shapes, algorithms, stream order). With deterministic algorithms,
+// no TF32 and the same seeds and data, every kernel of the three runs is the same kernel on the
+// same bytes. The one thing that could legitimately differ is address alignment (kernels pick
+// vectorised paths by it), and vcudnn must keep cudaMalloc's 256-byte alignment anyway: a loss
+// that moves even in its last bit means a buffer was read stale, early or from the wrong place.
+void check_model(const Model& m) {
+  TempDir tmp;
+  // (a) PyTorch alone, same allocator configuration.
+  const Run alone = train(m, "alone", tmp, false);
+  require_ran(alone);
+  CHECK(alone.result.at("vcudnn").is_null());
+  WARN(m.name << " batch " << m.batch << ", " << kSteps << " steps\n" << numbers(alone));
+
+  // (b) vcudnn owns the memory, no budget: nothing is evicted.
+  const Run owned = train(m, "owned", tmp, true);
+  require_ran(owned);
+  require_owned(owned);
+  WARN(numbers(owned));
+  {
+    INFO(describe(owned));
+    CHECK(mem_stat(owned, "budgetBytes") == 0);
+    CHECK(mem_stat(owned, "evictions") == 0);
+    CHECK(owned.result.at("losses") == alone.result.at("losses"));
+  }
+  // (c) A device budget of 60% of (b)'s peak: vcudnn must evict and still never fail. (b)'s
+  // peakMappedBytes counts freed buffers kept mapped for reuse too, and may be far above what is
+  // ever live at once (resnet18 batch 32 on an H100: 1862 MiB mapped, 903 MiB live; at batch 16,
+  // 60% of it needed no eviction at all). The base is therefore the smaller of it and the peak of live
+  // bytes, which PyTorch alone reports with this allocator (max_memory_allocated): 60% of that
+  // cannot be met without evicting.
+  const uint64_t mapped = mem_stat(owned, "peakMappedBytes");
+  const auto& live_json = alone.result.at("max_memory_allocated");
+  const uint64_t live = live_json.is_number() ? live_json.get<uint64_t>() : 0;
+  REQUIRE(mapped > 0);
+  const uint64_t base = live > 0 ? std::min(mapped, live) : mapped;
+  const uint64_t budget = base * 3 / 5;
+  WARN("budget: 60% of min(peakMapped " << mapped / kMiB << " MiB, PyTorch's live peak " << live / kMiB
+                                        << " MiB) = " << budget / kMiB << " MiB");
+  const Run tight = train(m, "budget60", tmp, true, budget);
+  require_ran(tight);
+  require_owned(tight);
+  WARN(numbers(tight));
+  INFO(describe(tight));
+  CHECK(mem_stat(tight, "budgetBytes") > 0);
+  CHECK(mem_stat(tight, "budgetBytes") <= budget);  // the option was read (rounding down to granules is allowed)
+  CHECK(mem_stat(tight, "evictions") > 0);
+  CHECK(mem_stat(tight, "peakMappedBytes") <= budget);
+  CHECK(tight.result.at("losses") == alone.result.at("losses"));
+}
+
+}  // namespace
+
+TEST_CASE("resnet18 under offload: owned, then evicted to 60%, losses bit-identical", "[pytorch][offload]") {
+  check_model({"resnet18", 32});  // 224x224: layer1's activations are 24.5 MiB each
+}
+
+TEST_CASE("transformer under offload: owned, then evicted to 60%, losses bit-identical", "[pytorch][offload]") {
+  check_model({"transformer", 8});  // 8 x 256 tokens x 512: 4 MiB per activation, 16 MiB per attention map
+}

@@ -1,0 +1,88 @@
+"""Worker of offload_test.cpp: trains resnet18 / resnet50 / a TransformerEncoder for a few steps, deterministically,
+and writes one JSON object: the losses (exact, as float.hex, and as floats), the wall time of each step
+(synchronised), PyTorch's peak memory statistics and, when libvcudnn.so is preloaded, vcudnnGetMemoryStats() after
+training. The caller sets the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD, VCUDNN_*).
+
+Deterministic by construction, so that runs in different processes can be compared bit for bit: deterministic
+algorithms only (cuDNN and cuBLAS included), no cudnn.benchmark search, no TF32, fixed seeds, and data generated on
+the CPU from the seed (benchlib.synthetic_step)."""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+# cuBLAS is deterministic only with a fixed workspace configuration, read when CUDA is initialised.
+os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "scripts", "bench"))
+import benchlib  # noqa: E402
+
+
+def make_deterministic(torch):
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    if hasattr(torch.backends, "fp32_precision"):  # PyTorch >= 2.9 (the allow_tf32 flags are deprecated)
+        torch.backends.fp32_precision = "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.fp32_precision = "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        torch.backends.cudnn.rnn.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=benchlib.OFFLOAD_MODELS, default="resnet18")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=int, default=224, help="image side for the resnets")
+    p.add_argument("--classes", type=int, default=10, help="classes for the resnets")
+    p.add_argument("--seq", type=int, default=256, help="tokens per sample for the transformer")
+    p.add_argument("--json", required=True, help="result file")
+    args = p.parse_args()
+
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("train_offload.py: no CUDA device visible to PyTorch")
+    make_deterministic(torch)
+    step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seed=args.seed, num_classes=args.classes,
+                                   seq=args.seq, pin_cores=False)
+    losses, step_ms = [], []
+    for _ in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        step_ms.append((time.perf_counter() - t0) * 1e3)
+        losses.append(loss.item())
+    torch.cuda.synchronize()
+    result = {
+        "schema": "vcudnn.test.train_offload/1",
+        "model": args.model, "batch": args.batch, "steps": args.steps, "seed": args.seed,
+        "size": args.size if args.model != "transformer" else None,
+        "seq": args.seq if args.model == "transformer" else None,
+        "losses": [float.hex(v) for v in losses],
+        "loss_values": losses,
+        "finite": all(math.isfinite(v) for v in losses),
+        "step_ms": step_ms,
+        **benchlib.torch_peak_memory(),
+        "vcudnn": benchlib.vcudnn_memory_stats(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        **benchlib.torch_versions(),
+    }
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(f"{args.model}: losses {' '.join(f'{v:.6f}' for v in losses)}; step ms "
+          f"{' '.join(f'{v:.1f}' for v in step_ms)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
