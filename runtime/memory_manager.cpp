@@ -158,7 +158,6 @@ MemoryManager::Buffer* MemoryManager::take_cached(uint64_t span, StreamRef strea
   }
   cache_.erase(pick);
   cached_bytes_ -= b->span;
-  cached_requested_ -= b->bytes;
   b->cached = false;
   b->stream.reset();
   return b;
@@ -216,6 +215,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
     return std::nullopt;
   }
   live_.emplace(b->address, b);
+  live_requested_ += bytes;
   ++counters_.allocations;
   return b->address;
 }
@@ -236,11 +236,13 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
   Buffer* b = it->second;
   live_.erase(it);
   index_.remove(address);
+  live_requested_ -= b->bytes;
   ++counters_.frees;
   if (!stream) device_.synchronize();  // cudaFree waits for the device: so must reuse
   if (b->evicted.load()) {
     b->evicted.store(false);
     evicted_count_.fetch_sub(1);
+    evicted_requested_ -= b->bytes;
     release_to_arena(b);  // its granules are unmapped already; the host copy is dropped
     return true;
   }
@@ -248,7 +250,6 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
   b->stream = stream;
   cache_.emplace(b->span, b);
   cached_bytes_ += b->span;
-  cached_requested_ += b->bytes;
   return true;
 }
 
@@ -266,7 +267,6 @@ bool MemoryManager::drop_cache() {
   for (auto& [span, b] : cache_) release_to_arena(b);
   cache_.clear();
   cached_bytes_ = 0;
-  cached_requested_ = 0;
   return true;
 }
 
@@ -355,6 +355,7 @@ bool MemoryManager::evict_locked(const std::vector<Buffer*>& candidates) {
       continue;
     }
     evicted_count_.fetch_add(1);
+    evicted_requested_ += b->bytes;
     ++counters_.evictions;
     counters_.bytes_evicted += b->bytes;
   }
@@ -397,6 +398,7 @@ RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, uint64_
   }
   b->evicted.store(false);
   evicted_count_.fetch_sub(1);
+  evicted_requested_ -= b->bytes;
   ++counters_.restores;
   counters_.bytes_restored += b->bytes;
   if (fault) ++counters_.fault_ins;
@@ -604,24 +606,23 @@ std::pair<uint64_t, uint64_t> MemoryManager::budget_info() const {
 
 ManagerStats MemoryManager::stats() const {
   ManagerStats s;
-  uint64_t cached_requested = 0;
+  uint64_t evicted_requested = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = counters_;
     s.cached = cached_bytes_;
-    cached_requested = cached_requested_;
+    s.live = live_requested_;
+    evicted_requested = evicted_requested_;
   }
   const pool::VmmArena::Stats a = arena_.stats();
   const pool::HostPool::Stats h = host_.stats();
   s.budget = config_.device_budget.value_or(0);
   s.mapped = a.mapped_bytes;
   s.peak_mapped = a.peak_mapped_bytes;
-  // The arena counts freed buffers kept for reuse as live: they are not.
-  s.live = a.live_bytes - std::min(a.live_bytes, cached_requested);
+  // Not the arena's live bytes: those count freed buffers kept for reuse, at their first size.
   s.evicted_now = a.evicted_bytes;
   if (a.mapped_bytes > 0) {
-    const double resident = (1.0 - a.fragmentation) * static_cast<double>(a.mapped_bytes) -
-                            static_cast<double>(cached_requested);
+    const double resident = static_cast<double>(s.live - std::min(s.live, evicted_requested));
     s.fragmentation = std::clamp(1.0 - resident / static_cast<double>(a.mapped_bytes), 0.0, 1.0);
   }
   s.host_budget = config_.device_budget ? config_.host_budget : 0;

@@ -200,7 +200,8 @@ class MemoryManager {
   std::unordered_map<uint64_t, Buffer*> live_;    // by address
   std::multimap<uint64_t, Buffer*> cache_;        // freed, mapped, by span
   uint64_t cached_bytes_ = 0;
-  uint64_t cached_requested_ = 0;
+  uint64_t live_requested_ = 0;     // requested bytes of live buffers
+  uint64_t evicted_requested_ = 0;  // the part of it evicted now
   std::unordered_map<Buffer*, cudaStream_t> pending_;  // restored for a stream, copy maybe in flight
   std::atomic<uint64_t> evicted_count_{0};        // buffers evicted now: 0 keeps the access path lock-free
   std::atomic<bool> graphs_seen_{false};
