@@ -495,8 +495,12 @@ bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
 }
 
 void MemoryManager::log_accesses(const std::vector<pool::Hit>& hits, Access mode) {
+  if (log_full_.load(std::memory_order_relaxed)) return;  // no lock on the hot path once full
   std::lock_guard<std::mutex> lock(log_mu_);
-  if (log_.size() >= kAccessLogCap) return;
+  if (log_.size() >= kAccessLogCap) {
+    log_full_.store(true, std::memory_order_relaxed);
+    return;
+  }
   const uint64_t call = tracked_calls_.load(std::memory_order_relaxed);
   for (const pool::Hit& h : hits) {
     if (log_.size() >= kAccessLogCap) break;

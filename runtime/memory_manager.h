@@ -212,6 +212,7 @@ class MemoryManager {
 
   mutable std::mutex log_mu_;
   std::vector<AccessRecord> log_;
+  std::atomic<bool> log_full_{false};
 
   ManagerStats counters_;  // under mu_
   std::atomic<uint64_t> tracked_calls_{0};
