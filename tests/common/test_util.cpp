@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -41,15 +42,20 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-ProcessResult run_process(const std::vector<std::string>& argv,
-                          const std::map<std::string, std::optional<std::string>>& set, int timeout_s) {
-  TempDir tmp;
-  const std::string out_path = tmp.file("out"), err_path = tmp.file("err");
+namespace {
+
+// vcudnn's settings are never inherited (see run_process); the suite's own are.
+bool inherited(const std::string& name) {
+  if (!name.starts_with("VCUDNN_")) return true;
+  return name.starts_with("VCUDNN_TEST_") || name == "VCUDNN_BUILD_DIR";
+}
+
+std::map<std::string, std::string> child_environment(const std::map<std::string, std::optional<std::string>>& set) {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string kv(*e);
     auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq != std::string::npos && inherited(kv.substr(0, eq))) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : set) {
     if (v)
@@ -57,6 +63,16 @@ ProcessResult run_process(const std::vector<std::string>& argv,
     else
       env.erase(k);
   }
+  return env;
+}
+
+}  // namespace
+
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::optional<std::string>>& set, int timeout_s) {
+  TempDir tmp;
+  const std::string out_path = tmp.file("out"), err_path = tmp.file("err");
+  const std::map<std::string, std::string> env = child_environment(set);
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp, args;
@@ -95,6 +111,37 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   result.out = read_file(out_path);
   result.err += read_file(err_path);
   return result;
+}
+
+std::map<std::string, std::string> parse_env_output(const std::string& out) {
+  std::map<std::string, std::string> env;
+  std::string last;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      if (!last.empty()) env[last] += "\n" + line;
+      continue;
+    }
+    last = line.substr(0, eq);
+    env[last] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+ScopedEnv::ScopedEnv(std::string name, const std::optional<std::string>& value) : name_(std::move(name)) {
+  if (const char* v = std::getenv(name_.c_str())) old_ = v;
+  if (value)
+    ::setenv(name_.c_str(), value->c_str(), 1);
+  else
+    ::unsetenv(name_.c_str());
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_)
+    ::setenv(name_.c_str(), old_->c_str(), 1);
+  else
+    ::unsetenv(name_.c_str());
 }
 
 TempDir::TempDir() {

@@ -23,10 +23,29 @@ struct ProcessResult {
   std::string err;
 };
 
-// Runs argv[0] (searched in PATH) with the current environment plus `set` (a value of nullopt
-// removes the variable). Output is captured through files. `timeout_s` kills a hung child.
+// Runs argv[0] (searched in PATH) with the current environment, less every VCUDNN_* variable but
+// the suite's own (VCUDNN_TEST_*, VCUDNN_BUILD_DIR), plus `set` (a value of nullopt removes the
+// variable): a child sees only the vcudnn settings its test gives it, whatever the shell that
+// runs the tests exports. Output is captured through files. `timeout_s` kills a hung child.
 ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::map<std::string, std::optional<std::string>>& set = {}, int timeout_s = 300);
+
+// `env`'s output (NAME=value lines) as a map; a line without '=' continues the previous value.
+std::map<std::string, std::string> parse_env_output(const std::string& out);
+
+// Sets (or, with nullopt, removes) a variable of the test process itself until the end of the
+// scope, then restores it. Not thread-safe: only for tests that start no threads meanwhile.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::optional<std::string>& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 // A fresh folder under $TMPDIR (or /tmp), removed by the destructor.
 class TempDir {

@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "planner/trace.h"
@@ -19,10 +20,6 @@ std::string client() { return exe_dir() + "/vcudnn_preload_client"; }
 
 ProcessResult run_client(const std::string& mode, std::map<std::string, std::optional<std::string>> env) {
   env.emplace("LD_PRELOAD", libvcudnn_path());
-  env.emplace("VCUDNN_POLICY", std::nullopt);
-  env.emplace("VCUDNN_TRACE", std::nullopt);
-  env.emplace("VCUDNN_LOG_LEVEL", std::nullopt);
-  env.emplace("VCUDNN_CUDNN_LIBRARY", std::nullopt);
   return run_process({client(), mode}, env);
 }
 
@@ -54,7 +51,7 @@ TEST_CASE("interposed calls return exactly what the real cuDNN returns", "[prelo
 
 TEST_CASE("pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt return the real statuses", "[preload]") {
   SECTION("preloaded") {
-    auto r = run_client("tracked", {{"VCUDNN_LOG_FILE", std::nullopt}});
+    auto r = run_client("tracked", {});
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(grep(r.out, "global_symbols=yes").size() == 1);
@@ -170,10 +167,39 @@ TEST_CASE("a process that never calls cuDNN prints nothing", "[preload]") {
 }
 
 TEST_CASE("VCUDNN_LOG_LEVEL=off silences vcudnn; the default prints two lines", "[preload][options]") {
-  auto quiet = run_client("statuses", {{"VCUDNN_LOG_LEVEL", "OFF"}, {"VCUDNN_LOG_FILE", std::nullopt}});
+  auto quiet = run_client("statuses", {{"VCUDNN_LOG_LEVEL", "OFF"}});
   CHECK(quiet.exit_code == 0);
   CHECK(quiet.err.find("vcudnn") == std::string::npos);
-  auto normal = run_client("statuses", {{"VCUDNN_LOG_FILE", std::nullopt}});
+  auto normal = run_client("statuses", {});
   INFO(normal.err);
   CHECK(grep(normal.err, "vcudnn[").size() == 2);  // load line and exit line, nothing per call
+}
+
+TEST_CASE("children inherit none of the caller's VCUDNN_* settings, only the suite's own", "[process]") {
+  // As if the shell running the tests had exported them.
+  ScopedEnv so("VCUDNN_SO", "x"), policy("VCUDNN_POLICY", "bogus"), mark("VCUDNN_TEST_MARK", "kept"),
+      build("VCUDNN_BUILD_DIR", "/some/build"), other("VCUDNN_PROCESS_TEST_OTHER", "1");
+  auto r = run_process({"env"}, {{"VCUDNN_LOG_LEVEL", "debug"}});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto env = parse_env_output(r.out);
+  CHECK(env.count("VCUDNN_SO") == 0);
+  CHECK(env.count("VCUDNN_POLICY") == 0);
+  CHECK(env.count("VCUDNN_PROCESS_TEST_OTHER") == 0);
+  CHECK(env.count("VCUDNN_TEST_MARK") == 1);
+  CHECK(env.count("VCUDNN_BUILD_DIR") == 1);
+  CHECK(env.count("PATH") == 1);                                // everything else is inherited
+  CHECK(env.count("VCUDNN_LOG_LEVEL") == 1);                    // what the test sets still reaches the child
+  CHECK(std::string(std::getenv("VCUDNN_POLICY")) == "bogus");  // the test process itself is untouched
+}
+
+TEST_CASE("a preloaded child runs with the defaults whatever VCUDNN_* the caller exports", "[preload][process]") {
+  ScopedEnv so("VCUDNN_SO", "/tmp/x"), policy("VCUDNN_POLICY", "passthrough"), level("VCUDNN_LOG_LEVEL", "off");
+  TempDir tmp;
+  auto r = run_client("statuses", {{"VCUDNN_LOG_FILE", tmp.file("log")}});
+  const std::string log = read_file(tmp.file("log"));
+  INFO(r.out << r.err << log);
+  REQUIRE(r.exit_code == 0);
+  CHECK(grep(log, "active: policy=record").size() == 1);  // not passthrough, and logged despite level off
+  CHECK(grep(log, "VCUDNN_SO").empty());                  // no warning about an unknown name
 }

@@ -12,8 +12,6 @@
 
 #include "tests/common/test_util.h"
 
-extern char** environ;
-
 using namespace vcudnn::test;
 
 namespace {
@@ -43,15 +41,9 @@ constexpr Tolerance kTolerances[] = {
     {"f32_batch1", 1e-5, "fp32 FMA: only the algorithm and the summation order differ"},
 };
 
-// The test's own environment without LD_PRELOAD and without any VCUDNN_* setting.
-Env clean_env() {
-  Env env{{"LD_PRELOAD", std::nullopt}};
-  for (char** e = environ; e && *e; ++e) {
-    const std::string kv(*e);
-    if (kv.rfind("VCUDNN_", 0) == 0) env[kv.substr(0, kv.find('='))] = std::nullopt;
-  }
-  return env;
-}
+// The test's own environment without LD_PRELOAD (run_process drops the caller's VCUDNN_* settings)
+// and without a forced split unless the test asks for one.
+Env clean_env() { return {{"LD_PRELOAD", std::nullopt}, {"VCUDNN_TEST_FORCE_SPLIT", std::nullopt}}; }
 
 ProcessResult run_client(const std::string& out_dir, const Env& settings) {
   std::filesystem::create_directories(out_dir);

@@ -18,13 +18,14 @@ constexpr const char* kRoomyBudget = "4G";
 // Pinned host memory for evicted buffers: more than any sub-command evicts at once (~700 MiB).
 constexpr const char* kHostBudget = "2G";
 
-// The settings the client depends on, each set or removed, so that the caller's cannot leak in; at
-// level info vcudnn's exit summary goes to stderr.
+// The settings the client depends on (run_process drops the caller's VCUDNN_* settings); at level
+// info vcudnn's exit summary goes to stderr.
 Env offload_env(const std::optional<std::string>& device_budget) {
-  Env env{{"LD_PRELOAD", libvcudnn_path()},     {"VCUDNN_POLICY", "offload"}, {"VCUDNN_DEVICE_BUDGET", device_budget},
-          {"VCUDNN_HOST_BUDGET", std::nullopt}, {"VCUDNN_LOG_LEVEL", "info"}, {"VCUDNN_LOG_FILE", std::nullopt},
-          {"VCUDNN_TRACE", std::nullopt}};
-  if (device_budget) env["VCUDNN_HOST_BUDGET"] = kHostBudget;
+  Env env{{"LD_PRELOAD", libvcudnn_path()}, {"VCUDNN_POLICY", "offload"}, {"VCUDNN_LOG_LEVEL", "info"}};
+  if (device_budget) {
+    env["VCUDNN_DEVICE_BUDGET"] = *device_budget;
+    env["VCUDNN_HOST_BUDGET"] = kHostBudget;
+  }
   return env;
 }
 

@@ -9,11 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <sstream>
-#include <string_view>
 
 #include "tests/common/test_util.h"
-
-extern char** environ;
 
 using namespace vcudnn::test;
 
@@ -38,20 +35,13 @@ struct Run {
 };
 
 // Every run: PyTorch's cudaMallocAsync backend, cuDNN's graph API (TORCH_CUDNN_V8_API_DISABLED
-// unset) and no vcudnn setting inherited from the caller's shell.
+// unset); run_process drops the vcudnn settings of the caller's shell.
 std::map<std::string, std::optional<std::string>> base_env() {
-  std::map<std::string, std::optional<std::string>> env{{"LD_PRELOAD", std::nullopt},
-                                                        {"TORCH_CUDNN_V8_API_DISABLED", std::nullopt},
-                                                        {"PYTORCH_CUDA_ALLOC_CONF", kAllocConf},
-                                                        {"PYTHONUNBUFFERED", "1"}};
-  for (char** e = environ; e && *e; ++e) {
-    const std::string_view kv(*e);
-    const std::string name(kv.substr(0, kv.find('=')));
-    if (name.starts_with("VCUDNN_") && name != "VCUDNN_TEST_PYTHON" && name != "VCUDNN_TEST_SOURCE_DIR" &&
-        name != "VCUDNN_BUILD_DIR")
-      env[name] = std::nullopt;
-  }
-  return env;
+  return {{"LD_PRELOAD", std::nullopt},
+          {"TORCH_CUDNN_V8_API_DISABLED", std::nullopt},
+          {"PYTORCH_CUDA_ALLOC_CONF", kAllocConf},
+          {"PYTHONUNBUFFERED", "1"},
+          {"VCUDNN_TEST_FORCE_SPLIT", std::nullopt}};
 }
 
 // preload: LD_PRELOAD=libvcudnn.so with VCUDNN_POLICY=offload; budget: VCUDNN_DEVICE_BUDGET in bytes.

@@ -29,12 +29,11 @@ struct Run {
 
 Run train(bool preload, bool benchmark, const TempDir& tmp, const std::string& tag,
           const std::map<std::string, std::string>& extra_env = {}, bool no_tf32 = false, bool heuristic = false) {
-  std::map<std::string, std::optional<std::string>> env{
-      {"TORCH_CUDNN_V8_API_DISABLED", "1"},      {"LD_PRELOAD", std::nullopt},
-      {"VCUDNN_POLICY", std::nullopt},           {"VCUDNN_TRACE", std::nullopt},
-      {"VCUDNN_LOG_FILE", std::nullopt},         {"VCUDNN_LOG_LEVEL", std::nullopt},
-      {"VCUDNN_WORKSPACE_LIMIT", std::nullopt},  {"VCUDNN_CACHE", std::nullopt},
-      {"VCUDNN_TEST_FORCE_SPLIT", std::nullopt}, {"PYTHONUNBUFFERED", "1"}};
+  // run_process drops the caller's VCUDNN_* settings, but not the suite's own VCUDNN_TEST_*.
+  std::map<std::string, std::optional<std::string>> env{{"TORCH_CUDNN_V8_API_DISABLED", "1"},
+                                                        {"LD_PRELOAD", std::nullopt},
+                                                        {"VCUDNN_TEST_FORCE_SPLIT", std::nullopt},
+                                                        {"PYTHONUNBUFFERED", "1"}};
   for (const auto& [k, v] : extra_env) env[k] = v;
   if (preload) {
     env["LD_PRELOAD"] = libvcudnn_path();
