@@ -1,15 +1,18 @@
 // `vcudnn`: the project's main command. `vcudnn info` prints the cuDNN and CUDA runtime vcudnn
 // resolves, whether a GPU is present, and the configuration table; `vcudnn trace FILE` checks
-// and summarises a trace written by VCUDNN_TRACE.
+// and summarises a trace written by VCUDNN_TRACE; `vcudnn run [options] -- command` starts a
+// command under vcudnn (launcher.cpp).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "planner/trace.h"
 #include "runtime/options.h"
 #include "runtime/real_api.h"
+#include "tools/launcher.h"
 
 namespace vcudnn {
 namespace {
@@ -119,6 +122,59 @@ int run_trace(const std::string& path, bool require_complete) {
 }  // namespace
 }  // namespace vcudnn
 
+namespace {
+
+const char* value_text(const vcudnn::OptionSpec& spec) {
+  switch (spec.type) {
+    case vcudnn::OptionType::kEnum:
+      return "VALUE";
+    case vcudnn::OptionType::kPath:
+      return "PATH";
+    case vcudnn::OptionType::kBytes:
+      return "BYTES";
+    case vcudnn::OptionType::kBudget:
+      return "BYTES|N%";
+  }
+  return "VALUE";
+}
+
+// One option per row of options.def, so that a new setting needs no change here; the accepted
+// values are checked by parse_options when the command runs, not by CLI11.
+CLI::App* add_run_command(CLI::App& app, vcudnn::launcher::Request& request) {
+  auto* run = app.add_subcommand("run", "run a command with libvcudnn.so preloaded: vcudnn run [options] -- command");
+  run->add_option("--library", request.library, "libvcudnn.so to preload (default: the one next to this vcudnn)");
+  for (const auto& spec : vcudnn::option_specs()) {
+    std::string names = vcudnn::launcher::flag_name(spec);
+    if (spec.id == vcudnn::kDeviceBudget) names += ",--budget";
+    std::string doc = spec.env + std::string(": ") + spec.doc;
+    if (spec.type == vcudnn::OptionType::kEnum) doc = spec.env + std::string(" [") + spec.accepted + "]: " + spec.doc;
+    run->add_option_function<std::string>(
+           names, [&request, id = spec.id](const std::string& v) { request.options[id] = v; }, doc)
+        ->type_name(value_text(spec));
+  }
+  run->add_flag("--dry-run", request.dry_run, "print the variables that would change and the command; run nothing");
+  run->add_flag("-q,--quiet", request.quiet, "do not print the line naming what was set");
+  run->footer("The command follows --. Options not given leave the environment as it is.");
+  return run;
+}
+
+// Everything after the first "--" that follows `run` is the command: CLI11 would otherwise take
+// the command's own options (a training script's --quiet, say) for vcudnn's.
+std::vector<std::string> split_command(int& argc, char** argv) {
+  int sub = 1;
+  while (sub < argc && argv[sub][0] == '-') ++sub;  // options of `vcudnn` itself (--help)
+  if (sub == argc || std::string_view(argv[sub]) != "run") return {};
+  for (int i = sub + 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--") continue;
+    std::vector<std::string> command(argv + i + 1, argv + argc);
+    argc = i;
+    return command;
+  }
+  return {};
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"vcudnn: cuDNN interposer for micro-batching and offloading"};
   app.require_subcommand(0, 1);
@@ -128,7 +184,21 @@ int main(int argc, char** argv) {
   auto* trace = app.add_subcommand("trace", "check and summarise a trace written by VCUDNN_TRACE");
   trace->add_option("file", trace_path, "trace file")->required();
   trace->add_flag("--require-complete", require_complete, "exit 3 when the trace holds no complete iteration");
-  CLI11_PARSE(app, argc, argv);
+  vcudnn::launcher::Request request;
+  auto* run = add_run_command(app, request);
+  request.command = split_command(argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // usage errors: 2, like the refusals of `vcudnn run`
+  }
+  if (run->parsed()) {
+    if (request.command.empty()) {
+      fmt::print(stderr, "vcudnn run: no command: vcudnn run [options] -- command [args...]\n");
+      return 2;
+    }
+    return vcudnn::launcher::run(request);
+  }
   if (trace->parsed()) return vcudnn::run_trace(trace_path, require_complete);
   (void)info;
   return vcudnn::run_info();
