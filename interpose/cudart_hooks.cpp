@@ -214,6 +214,12 @@ bool graph_use(const char* api) {
   return true;
 }
 
+template <typename S>
+bool retire(S stream) {
+  memory::stream_destroyed(reinterpret_cast<cudaStream_t>(stream));
+  return true;
+}
+
 uint64_t array_bytes(const cudaChannelFormatDesc* desc, size_t width, size_t height) {
   const uint64_t element = desc ? static_cast<uint64_t>(desc->x + desc->y + desc->z + desc->w) / 8 : 0;
   return element * width * std::max<size_t>(height, 1);
@@ -410,6 +416,11 @@ VCUDNN_HOOK_PT(cuStreamBeginCaptureToGraph, _ptsz,
                 size_t count, CUstreamCaptureMode mode),
                (stream, graph, dependencies, edge_data, count, mode), graph_use(api))
 VCUDNN_HOOK_PT(cuGraphLaunch, _ptsz, (CUgraphExec exec, CUstream stream), (exec, stream), graph_use(api))
+
+// ---- streams ----------------------------------------------------------------------------------
+
+VCUDNN_HOOK(cudaStreamDestroy, (cudaStream_t stream), (stream), retire(stream))
+VCUDNN_HOOK(cuStreamDestroy_v2, (CUstream stream), (stream), retire(stream))
 
 // ---- texture and surface objects --------------------------------------------------------------
 

@@ -111,15 +111,21 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool,
   return real ? real(ptr, size, pool, stream) : unresolved();
 }
 
+// Under a budget: the budget. Without one: the device's numbers, plus the idle memory vcudnn keeps
+// mapped, which it gives back to any allocation that needs it.
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  if (MemoryManager* m = serving(); m && m->budget() && free && total) {
+  MemoryManager* m = free && total ? serving() : nullptr;
+  if (m && m->budget()) {
     const auto [f, t] = m->budget_info();
     *free = f;
     *total = t;
     return cudaSuccess;
   }
   const auto real = real_cudart().cudaMemGetInfo;
-  return real ? real(free, total) : unresolved();
+  if (!real) return unresolved();
+  const cudaError_t status = real(free, total);
+  if (m && status == cudaSuccess) *free = m->memory_info(*free, *total).first;
+  return status;
 }
 
 }  // extern "C"

@@ -276,12 +276,12 @@ cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* out) {
     out->mappedBytes = s.mapped;
     out->peakMappedBytes = s.peak_mapped;
     out->liveBytes = s.live;
-    out->cachedBytes = s.cached;
+    out->cachedBytes = s.idle;
     out->evictedBytes = s.evicted_now;
     out->hostBudgetBytes = s.host_budget;
     out->allocations = s.allocations;
     out->frees = s.frees;
-    out->cacheHits = s.cache_hits;
+    out->cacheHits = s.reused;
     out->failedAllocations = s.failed_allocations;
     out->evictions = s.evictions;
     out->restores = s.restores;
@@ -292,6 +292,12 @@ cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* out) {
     out->trackedHits = s.tracked_hits;
     out->foreignAllocations = s.foreign_allocations;
     out->fragmentation = s.fragmentation;
+    out->hostWaits = s.host_waits;
+    out->streamWaits = s.stream_waits;
+    out->evictionsStarted = s.evictions_started;
+    out->evictionsCancelled = s.evictions_cancelled;
+    out->freshBytes = s.fresh_bytes;
+    out->trimmedBytes = s.trimmed_bytes;
     return CUDNN_STATUS_SUCCESS;
   } catch (...) {
     return CUDNN_STATUS_INTERNAL_ERROR;

@@ -1,61 +1,67 @@
 // VmmArena (vmm_arena.h). Guarded by mu_.
 //
-// Policy:
-//  - Sizes round up to 512 B; a rounded size of a granule or more rounds up to whole granules and
-//    is placed granule-aligned, so a large buffer never shares a granule (evicting it unmaps only
-//    its own memory). Small buffers are 512-aligned and may straddle two granules.
-//  - Long-lived buffers take the lowest fit, placed at its low end; short-lived ones the highest,
-//    placed at its high end.
-//  - A granule is mapped while some live, non-evicted buffer overlaps it and unmapped when its
-//    last user goes. So inside a free VA range only the partial granules at its two ends can be
-//    mapped. A small buffer also looks for a fit there (scanning from its end of the range); it
-//    takes that spot instead of the plain first fit when the spot is no farther from its end (so
-//    long- and short-lived buffers stay apart) or when the first fit would need a granule beyond
-//    the budget (under pressure, sharing a granule beats failing).
-//  - Chunks come from the free list first; create_chunk() only when it is empty. They go back to
-//    the free list when unmapped and are released only by trim() and the destructor.
-//  - Every backend failure leaves the bookkeeping matching what the backend holds.
+// Two levels:
+//  - Granules. The whole VA range is granules; those not held by a buffer or a slab form free
+//    runs, each all mapped (idle) or all unmapped, never two of one kind side by side. A request
+//    of n granules takes (1) the best-fitting idle run, else (2) an idle run grown into the
+//    unmapped runs beside it (fewest fresh granules among the largest idle runs), else (3) the
+//    best-fitting unmapped run. Fresh granules are placed at the lifetime's end of their run.
+//  - Slabs. A buffer below one granule (after rounding to 512 B) is carved best fit out of the
+//    free ranges of all slabs; a slab is one granule taken as in (1)-(3); an empty slab becomes an
+//    idle run again.
+// Chunks come from the free list first; create_chunk() only when it is empty. They go back to the
+// free list when unmapped and are released only by release_free_chunks() and the destructor.
+// Every backend failure leaves the bookkeeping matching what the backend holds.
 #include "pool/vmm_arena.h"
 
-#include "pool/align.h"
-
 #include <algorithm>
-#include <cctype>
 #include <iterator>
-#include <string>
+
+#include "pool/align.h"
 
 namespace vcudnn::pool {
 namespace {
 
 constexpr uint64_t kAlign = 512;
+// Idle runs looked at when none fits whole: the largest ones, which need the fewest fresh granules.
+constexpr int kGrowCandidates = 8;
 
 }  // namespace
 
 VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget) : backend_(backend) {
+  uint64_t base = 0;
+  uint64_t bytes = 0;
   try {
     const uint64_t g = backend_.granularity();
     if (g == 0 || g % kAlign != 0) return;
+    const std::optional<uint64_t> rounded = round_up(reserve_bytes, g);
+    if (!rounded || *rounded == 0) return;
+    if (!backend_.reserve(*rounded, &base)) return;
+    bytes = *rounded;
     granularity_ = g;
-    const std::optional<uint64_t> bytes = round_up(reserve_bytes, g);
-    if (!bytes || *bytes == 0) return;
-    uint64_t base = 0;
-    if (!backend_.reserve(*bytes, &base)) return;
+    chunk_.assign(bytes / g, 0);
     base_ = base;
-    reserved_ = *bytes;
     max_granules_ = physical_budget / g;
-    free_ranges_.emplace(0, reserved_);
+    insert_run(0, bytes / g, false, {});
+    reserved_ = bytes;
     stats_.reserved_bytes = reserved_;
   } catch (...) {
-    // A throwing backend: reserved_ stays 0 unless the reservation was recorded.
+    // The arena stays unusable; give back a reservation made before the failure.
+    if (bytes != 0 && reserved_ == 0) {
+      try {
+        backend_.unreserve(base, bytes);
+      } catch (...) {
+      }
+    }
   }
 }
 
 VmmArena::~VmmArena() {
-  for (auto& [index, granule] : granules_) {
-    if (granule.chunk == 0) continue;
+  for (uint64_t i = 0; i < chunk_.size(); ++i) {
+    if (chunk_[i] == 0) continue;
     try {
-      backend_.unmap(base_ + index * granularity_);
-      backend_.release_chunk(granule.chunk);
+      backend_.unmap(base_ + i * granularity_);
+      backend_.release_chunk(chunk_[i]);
     } catch (...) {
     }
   }
@@ -76,7 +82,7 @@ VmmArena::~VmmArena() {
 // ---------------------------------------------------------------------------------------------
 // Public entry points: lock, catch everything.
 
-std::optional<Allocation> VmmArena::allocate(uint64_t bytes, Lifetime lifetime) {
+std::optional<Allocation> VmmArena::allocate(uint64_t bytes, Lifetime lifetime, TagSet* waits) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {
     lock.lock();
@@ -85,41 +91,32 @@ std::optional<Allocation> VmmArena::allocate(uint64_t bytes, Lifetime lifetime) 
       ++stats_.failures;
       return std::nullopt;
     };
-    if (!ok()) return fail();
-    std::optional<uint64_t> size = round_up(bytes, kAlign);
-    if (!size) return fail();
-    const bool large = *size >= granularity_;
-    if (large) size = round_up(*size, granularity_);
-    if (!size || *size > reserved_) return fail();
-    std::optional<uint64_t> offset = place(*size, large, lifetime, false);
-    if (!large) {
-      // A spot in an already mapped granule: taken when it is no farther from the buffer's end
-      // of the range, or when the first fit would exceed the budget.
-      const std::optional<uint64_t> in_mapped = place(*size, false, lifetime, true);
-      const bool low = lifetime == Lifetime::kLong;
-      if (in_mapped && (!offset || (low ? *in_mapped <= *offset : *in_mapped >= *offset) ||
-                        mapped_granules_ + unmapped_in(*offset, *size) > max_granules_)) {
-        offset = in_mapped;
-      }
+    const std::optional<uint64_t> size = round_up(bytes, kAlign);
+    if (!ok() || !size) return fail();
+    uint64_t fresh = 0;
+    if (*size < granularity_) {
+      const std::optional<uint64_t> offset = allocate_small(*size, lifetime, waits, &fresh);
+      if (!offset) return fail();
+      buffers_[*offset] = Buffer{*size, bytes, *offset / granularity_, false};
+      ++stats_.allocations;
+      stats_.live_bytes += bytes;
+      return Allocation{base_ + *offset, *size, fresh};
     }
-    if (!offset) return fail();
-    if (mapped_granules_ + unmapped_in(*offset, *size) > max_granules_) return fail();
-    if (!map_span(*offset, *size)) return fail();
-    carve(*offset, *size);
-    buffers_.emplace(*offset, Buffer{*size, bytes, large});
-    const uint64_t first = *offset / granularity_;
-    const uint64_t last = (*offset + *size - 1) / granularity_;
-    for (uint64_t g = first; g <= last; ++g) ++granules_[g].users;
+    const std::optional<uint64_t> whole = round_up(*size, granularity_);
+    if (!whole || *whole / granularity_ > std::min<uint64_t>(chunk_.size(), max_granules_)) return fail();
+    const std::optional<uint64_t> first = allocate_granules(*whole / granularity_, lifetime, waits, &fresh);
+    if (!first) return fail();
+    buffers_[*first * granularity_] = Buffer{*whole, bytes, kNoSlab, false};
     ++stats_.allocations;
     stats_.live_bytes += bytes;
-    return Allocation{base_ + *offset, *size};
+    return Allocation{base_ + *first * granularity_, *whole, fresh};
   } catch (...) {
     if (lock.owns_lock()) ++stats_.failures;
     return std::nullopt;
   }
 }
 
-bool VmmArena::free(uint64_t address) {
+bool VmmArena::free(uint64_t address, const TagSet& tags) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {
     lock.lock();
@@ -130,18 +127,10 @@ bool VmmArena::free(uint64_t address) {
     const Buffer buffer = it->second;
     buffers_.erase(it);
     stats_.live_bytes -= buffer.requested;
-    give_back_range(offset, buffer.bytes);
-    const uint64_t first = offset / granularity_;
-    const uint64_t last = (offset + buffer.bytes - 1) / granularity_;
-    for (uint64_t g = first; g <= last; ++g) {
-      const auto git = granules_.find(g);
-      if (git == granules_.end()) continue;  // cannot happen
-      if (git->second.users > 0) --git->second.users;
-      if (git->second.users > 0) continue;
-      // An unmap failure keeps the granule mapped (and counted) with no users; the destructor
-      // or a later allocation over it deals with it.
-      if (git->second.chunk == 0 || unmap_granule(g)) granules_.erase(g);
-    }
+    if (buffer.slab != kNoSlab)
+      free_small(offset, buffer, tags);
+    else
+      free_granules(offset / granularity_, buffer.bytes / granularity_, tags);
     return true;
   } catch (...) {
     return false;
@@ -151,7 +140,7 @@ bool VmmArena::free(uint64_t address) {
 std::optional<std::pair<uint64_t, uint64_t>> VmmArena::large_buffer_granules(uint64_t address) const {
   if (address < base_) return std::nullopt;
   const auto it = buffers_.find(address - base_);
-  if (it == buffers_.end() || !it->second.large) return std::nullopt;
+  if (it == buffers_.end() || it->second.slab != kNoSlab) return std::nullopt;
   return std::make_pair(it->first / granularity_, it->second.bytes / granularity_);
 }
 
@@ -162,12 +151,15 @@ bool VmmArena::evict(uint64_t address) {
     const auto span = large_buffer_granules(address);
     if (!span) return false;
     const auto [first, count] = *span;
-    bool any_mapped = false;
-    for (uint64_t g = first; g < first + count; ++g) any_mapped = any_mapped || granules_[g].chunk != 0;
-    if (!any_mapped) return false;
+    if (unmapped_in(first, count) == count) return false;
+    buffers_[address - base_].evicted = true;
     bool all = true;
     for (uint64_t g = first; g < first + count; ++g) {
-      if (granules_[g].chunk != 0 && !unmap_granule(g)) all = false;
+      if (chunk_[g] == 0) continue;
+      if (unmap_granule(g))
+        ++evicted_granules_;
+      else
+        all = false;
     }
     return all;
   } catch (...) {
@@ -182,13 +174,14 @@ bool VmmArena::restore(uint64_t address) {
     const auto span = large_buffer_granules(address);
     if (!span) return false;
     const auto [first, count] = *span;
-    uint64_t missing = 0;
-    for (uint64_t g = first; g < first + count; ++g) missing += granules_[g].chunk == 0 ? 1 : 0;
-    if (missing == 0) return false;
-    if (mapped_granules_ + missing > max_granules_) return false;
+    const uint64_t missing = unmapped_in(first, count);
+    if (missing == 0 || mapped_granules_ + missing > max_granules_) return false;
     for (uint64_t g = first; g < first + count; ++g) {
-      if (granules_[g].chunk == 0 && !map_granule(g)) return false;
+      if (chunk_[g] != 0) continue;
+      if (!map_granule(g)) return false;
+      --evicted_granules_;
     }
+    buffers_[address - base_].evicted = false;
     return true;
   } catch (...) {
     return false;
@@ -201,17 +194,56 @@ bool VmmArena::is_evicted(uint64_t address) const {
     lock.lock();
     if (address < base_) return false;
     const auto it = buffers_.find(address - base_);
-    return it != buffers_.end() && buffer_evicted(it->first, it->second);
+    return it != buffers_.end() && it->second.evicted;
   } catch (...) {
     return false;
   }
 }
 
-void VmmArena::trim() {
+uint64_t VmmArena::trim(uint64_t max_granules, const std::function<bool(const FreeTag&)>& settled) {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  uint64_t done = 0;
+  try {
+    lock.lock();
+    // Largest runs first: the fewest unmaps for the room.
+    const std::vector<RunKey> keys(idle_by_size_.rbegin(), idle_by_size_.rend());
+    for (const auto& [count, first] : keys) {
+      if (done >= max_granules) break;
+      const auto it = runs_.find(first);
+      if (it == runs_.end() || !it->second.mapped || it->second.count != count) continue;
+      it->second.tags.prune(settled);
+      if (!it->second.tags.empty()) continue;
+      const uint64_t n = std::min(count, max_granules - done);
+      erase_run(it);
+      const uint64_t cut = first + count - n;
+      uint64_t unmapped = 0;
+      while (unmapped < n && unmap_granule(cut + unmapped)) ++unmapped;
+      if (cut > first) insert_run(first, cut - first, true, {});
+      if (unmapped > 0) insert_run(cut, unmapped, false, {});
+      if (unmapped < n) insert_run(cut + unmapped, n - unmapped, true, {});  // an unmap failed: still idle
+      done += unmapped;
+    }
+  } catch (...) {
+  }
+  return done;
+}
+
+TagSet VmmArena::idle_tags() const {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  TagSet all;
+  try {
+    lock.lock();
+    for (const auto& [count, first] : idle_by_size_) all.merge(runs_.at(first).tags);
+  } catch (...) {
+  }
+  return all;
+}
+
+void VmmArena::release_free_chunks(uint64_t keep) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {
     lock.lock();
-    while (!free_chunks_.empty()) {
+    while (free_chunks_.size() > keep) {
       const Handle chunk = free_chunks_.back();
       free_chunks_.pop_back();
       backend_.release_chunk(chunk);
@@ -225,20 +257,23 @@ uint64_t VmmArena::mapped_bytes() const {
   return mapped_granules_ * granularity_;
 }
 
+uint64_t VmmArena::idle_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_granules_ * granularity_;
+}
+
 VmmArena::Stats VmmArena::stats() const {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {
     lock.lock();
     Stats s = stats_;
     s.mapped_bytes = mapped_granules_ * granularity_;
+    s.idle_bytes = idle_granules_ * granularity_;
     s.chunks_free = free_chunks_.size();
-    uint64_t evicted_granules = 0;
-    for (const auto& [index, granule] : granules_) evicted_granules += granule.users > 0 && granule.chunk == 0;
-    s.evicted_bytes = evicted_granules * granularity_;
+    s.evicted_bytes = evicted_granules_ * granularity_;
+    s.slabs = slabs_.size();
     uint64_t resident = 0;
-    for (const auto& [offset, buffer] : buffers_) {
-      if (!buffer_evicted(offset, buffer)) resident += buffer.requested;
-    }
+    for (const auto& [offset, buffer] : buffers_) resident += buffer.evicted ? 0 : buffer.requested;
     if (s.mapped_bytes > 0) {
       s.fragmentation = 1.0 - static_cast<double>(resident) / static_cast<double>(s.mapped_bytes);
       s.fragmentation = std::clamp(s.fragmentation, 0.0, 1.0);
@@ -250,117 +285,193 @@ VmmArena::Stats VmmArena::stats() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Placement and the free VA ranges.
+// Granule runs
 
-std::optional<uint64_t> VmmArena::place(uint64_t size, bool large, Lifetime lifetime, bool mapped_only) const {
+std::optional<uint64_t> VmmArena::allocate_granules(uint64_t count, Lifetime lifetime, TagSet* waits,
+                                                    uint64_t* fresh_out) {
+  const auto window = choose_window(count, lifetime);
+  if (!window) return std::nullopt;
+  const auto [first, fresh] = *window;
+  if (mapped_granules_ + fresh > max_granules_) return std::nullopt;
+  if (!map_window(first, count)) return std::nullopt;
+  carve_runs(first, count, waits);
+  stats_.fresh_granules += fresh;
+  *fresh_out = fresh;
+  return first;
+}
+
+// (first granule, fresh granules to map) of the window a request of `count` granules takes.
+std::optional<std::pair<uint64_t, uint64_t>> VmmArena::choose_window(uint64_t count, Lifetime lifetime) const {
   const bool low = lifetime == Lifetime::kLong;
-  const uint64_t g = granularity_;
-  const auto mapped = [&](uint64_t index) {
-    const auto it = granules_.find(index);
-    return it != granules_.end() && it->second.chunk != 0;
-  };
-  // A fit inside [start, end), or nullopt.
-  const auto fit_in = [&](uint64_t start, uint64_t end) -> std::optional<uint64_t> {
-    if (large) {
-      const uint64_t lo = (start + g - 1) / g * g;
-      if (lo > end || end - lo < size) return std::nullopt;
-      return low ? lo : (end - size) / g * g;
+  if (const auto it = idle_by_size_.lower_bound({count, 0}); it != idle_by_size_.end()) {
+    const auto [size, first] = *it;
+    return std::make_pair(low ? first : first + size - count, uint64_t{0});
+  }
+  std::optional<std::pair<uint64_t, uint64_t>> best;
+  int looked = 0;
+  for (auto it = idle_by_size_.rbegin(); it != idle_by_size_.rend() && looked < kGrowCandidates; ++it, ++looked) {
+    const auto [size, first] = *it;
+    // Runs of one kind never touch, so the free neighbours of an idle run are unmapped.
+    const auto run = runs_.find(first);
+    uint64_t left = 0, right = 0;
+    if (run != runs_.begin()) {
+      const auto prev = std::prev(run);
+      if (prev->first + prev->second.count == first) left = prev->second.count;
     }
-    if (end - start < size) return std::nullopt;
-    return low ? start : end - size;
-  };
-  // Small buffers: the partial mapped granules at the ends of a free range first.
-  const auto fit_mapped = [&](uint64_t start, uint64_t end) -> std::optional<uint64_t> {
-    const uint64_t head = start / g;
-    const uint64_t tail = (end - 1) / g;
-    std::optional<uint64_t> head_fit, tail_fit;
-    if (mapped(head)) head_fit = fit_in(start, std::min(end, (head + 1) * g));
-    if (tail != head && mapped(tail)) tail_fit = fit_in(tail * g, end);
-    return low ? (head_fit ? head_fit : tail_fit) : (tail_fit ? tail_fit : head_fit);
-  };
-  const auto scan = [&](const auto& fit) -> std::optional<uint64_t> {
-    if (low) {
-      for (const auto& [start, bytes] : free_ranges_) {
-        if (const auto at = fit(start, start + bytes)) return at;
-      }
-    } else {
-      for (auto it = free_ranges_.rbegin(); it != free_ranges_.rend(); ++it) {
-        if (const auto at = fit(it->first, it->first + it->second)) return at;
-      }
-    }
-    return std::nullopt;
-  };
-  if (mapped_only) return scan(fit_mapped);
-  return scan(fit_in);
+    if (const auto next = std::next(run); next != runs_.end() && next->first == first + size) right = next->second.count;
+    if (left + size + right < count) continue;
+    const uint64_t fresh = count - size;
+    if (best && best->second <= fresh) continue;
+    const uint64_t before = low ? std::min(left, fresh) : fresh - std::min(right, fresh);
+    best = std::make_pair(first - before, fresh);
+  }
+  if (best) return best;
+  const auto it = unmapped_by_size_.lower_bound({count, 0});
+  if (it == unmapped_by_size_.end()) return std::nullopt;
+  const auto [size, first] = *it;
+  return std::make_pair(low ? first : first + size - count, count);
 }
 
-void VmmArena::carve(uint64_t offset, uint64_t size) {
-  auto it = free_ranges_.upper_bound(offset);
-  --it;  // the range holding [offset, offset + size): place() found it there
-  const uint64_t start = it->first;
-  const uint64_t end = start + it->second;
-  free_ranges_.erase(it);
-  if (offset > start) free_ranges_.emplace(start, offset - start);
-  if (offset + size < end) free_ranges_.emplace(offset + size, end - offset - size);
+void VmmArena::carve_runs(uint64_t first, uint64_t count, TagSet* waits) {
+  const uint64_t end = first + count;
+  for (uint64_t at = first; at < end;) {
+    auto it = std::prev(runs_.upper_bound(at));  // the run holding `at`
+    const uint64_t run_first = it->first;
+    const uint64_t run_end = run_first + it->second.count;
+    const bool mapped = it->second.mapped;
+    TagSet tags = std::move(it->second.tags);
+    erase_run(it);
+    const uint64_t taken_end = std::min(end, run_end);
+    if (run_first < at) insert_run(run_first, at - run_first, mapped, tags);
+    if (taken_end < run_end) insert_run(taken_end, run_end - taken_end, mapped, tags);
+    if (mapped && waits) waits->merge(tags);
+    at = taken_end;
+  }
 }
 
-void VmmArena::give_back_range(uint64_t offset, uint64_t size) {
-  uint64_t start = offset;
-  uint64_t end = offset + size;
-  auto next = free_ranges_.lower_bound(offset);
-  if (next != free_ranges_.end() && next->first == end) {
-    end += next->second;
-    next = free_ranges_.erase(next);
+void VmmArena::free_granules(uint64_t first, uint64_t count, const TagSet& tags) {
+  // An evicted buffer leaves unmapped granules (all, or some after a failed evict/restore).
+  uint64_t start = first;
+  for (uint64_t g = first; g <= first + count; ++g) {
+    const bool boundary = g == first + count || (chunk_[g] != 0) != (chunk_[start] != 0);
+    if (!boundary) continue;
+    const bool mapped = chunk_[start] != 0;
+    if (!mapped) evicted_granules_ -= std::min(evicted_granules_, g - start);
+    insert_run(start, g - start, mapped, mapped ? tags : TagSet{});
+    start = g;
   }
-  if (next != free_ranges_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == start) {
-      start = prev->first;
-      free_ranges_.erase(prev);
+}
+
+void VmmArena::insert_run(uint64_t first, uint64_t count, bool mapped, TagSet tags) {
+  if (count == 0) return;
+  if (!mapped) tags.clear();  // unmapped memory holds nothing anyone could still be using
+  auto next = runs_.lower_bound(first);
+  if (next != runs_.end() && next->first == first + count && next->second.mapped == mapped) {
+    count += next->second.count;
+    tags.merge(next->second.tags);
+    next = std::next(next);
+    erase_run(std::prev(next));
+  }
+  if (next != runs_.begin()) {
+    const auto prev = std::prev(next);
+    if (prev->first + prev->second.count == first && prev->second.mapped == mapped) {
+      first = prev->first;
+      count += prev->second.count;
+      tags.merge(prev->second.tags);
+      erase_run(prev);
     }
   }
-  free_ranges_.emplace(start, end - start);
+  runs_.emplace(first, Run{count, mapped, std::move(tags)});
+  (mapped ? idle_by_size_ : unmapped_by_size_).insert({count, first});
+  if (mapped) idle_granules_ += count;
 }
 
-bool VmmArena::buffer_evicted(uint64_t offset, const Buffer& buffer) const {
-  if (!buffer.large) return false;
-  const uint64_t first = offset / granularity_;
-  for (uint64_t g = first; g < first + buffer.bytes / granularity_; ++g) {
-    const auto it = granules_.find(g);
-    if (it == granules_.end() || it->second.chunk == 0) return true;
-  }
-  return false;
+void VmmArena::erase_run(std::map<uint64_t, Run>::iterator it) {
+  (it->second.mapped ? idle_by_size_ : unmapped_by_size_).erase({it->second.count, it->first});
+  if (it->second.mapped) idle_granules_ -= it->second.count;
+  runs_.erase(it);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Granules.
+// Slabs
 
-uint64_t VmmArena::unmapped_in(uint64_t offset, uint64_t size) const {
-  uint64_t n = 0;
-  for (uint64_t g = offset / granularity_; g <= (offset + size - 1) / granularity_; ++g) {
-    const auto it = granules_.find(g);
-    n += it == granules_.end() || it->second.chunk == 0 ? 1 : 0;
+std::optional<uint64_t> VmmArena::allocate_small(uint64_t size, Lifetime lifetime, TagSet* waits, uint64_t* fresh) {
+  auto it = small_free_.lower_bound({size, 0, 0});
+  if (it == small_free_.end()) {
+    TagSet tags;
+    const std::optional<uint64_t> granule = allocate_granules(1, lifetime, &tags, fresh);
+    if (!granule) return std::nullopt;
+    slabs_[*granule].tags = std::move(tags);
+    add_small_range(*granule, 0, granularity_);
+    it = small_free_.lower_bound({size, 0, 0});
   }
+  const auto [free_size, slab, offset] = *it;
+  remove_small_range(slab, offset, free_size);
+  if (free_size > size) add_small_range(slab, offset + size, free_size - size);
+  Slab& s = slabs_.at(slab);
+  s.used += size;
+  if (waits) waits->merge(s.tags);
+  return slab * granularity_ + offset;
+}
+
+void VmmArena::free_small(uint64_t offset, const Buffer& buffer, const TagSet& tags) {
+  const uint64_t slab = buffer.slab;
+  Slab& s = slabs_.at(slab);
+  s.used -= buffer.bytes;
+  s.tags.merge(tags);
+  uint64_t start = offset - slab * granularity_;
+  uint64_t size = buffer.bytes;
+  if (const auto next = s.free.find(start + size); next != s.free.end()) {
+    const uint64_t n = next->second;
+    remove_small_range(slab, start + size, n);
+    size += n;
+  }
+  if (const auto after = s.free.lower_bound(start); after != s.free.begin()) {
+    const auto prev = std::prev(after);
+    if (prev->first + prev->second == start) {
+      const auto [prev_start, prev_size] = *prev;
+      remove_small_range(slab, prev_start, prev_size);
+      start = prev_start;
+      size += prev_size;
+    }
+  }
+  if (s.used != 0) {
+    add_small_range(slab, start, size);
+    return;
+  }
+  TagSet slab_tags = std::move(s.tags);
+  slabs_.erase(slab);
+  insert_run(slab, 1, true, std::move(slab_tags));
+}
+
+void VmmArena::add_small_range(uint64_t slab, uint64_t offset, uint64_t size) {
+  slabs_.at(slab).free.emplace(offset, size);
+  small_free_.insert({size, slab, offset});
+}
+
+void VmmArena::remove_small_range(uint64_t slab, uint64_t offset, uint64_t size) {
+  slabs_.at(slab).free.erase(offset);
+  small_free_.erase({size, slab, offset});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mapping
+
+uint64_t VmmArena::unmapped_in(uint64_t first, uint64_t count) const {
+  uint64_t n = 0;
+  for (uint64_t g = first; g < first + count; ++g) n += chunk_[g] == 0 ? 1 : 0;
   return n;
 }
 
-bool VmmArena::map_span(uint64_t offset, uint64_t size) {
-  const uint64_t first = offset / granularity_;
-  const uint64_t last = (offset + size - 1) / granularity_;
+bool VmmArena::map_window(uint64_t first, uint64_t count) {
   std::vector<uint64_t> mapped_now;
-  mapped_now.reserve(last - first + 1);
-  for (uint64_t g = first; g <= last; ++g) {
-    if (granules_[g].chunk != 0) continue;
+  for (uint64_t g = first; g < first + count; ++g) {
+    if (chunk_[g] != 0) continue;
     if (map_granule(g)) {
       mapped_now.push_back(g);
       continue;
     }
-    // Roll back: unmap what this call mapped; drop entries nobody uses.
     for (uint64_t m : mapped_now) unmap_granule(m);
-    for (uint64_t h = first; h <= last; ++h) {
-      const auto it = granules_.find(h);
-      if (it != granules_.end() && it->second.users == 0 && it->second.chunk == 0) granules_.erase(it);
-    }
     return false;
   }
   return true;
@@ -387,72 +498,19 @@ bool VmmArena::map_granule(uint64_t index) {
     free_chunks_.push_back(chunk);
     return false;
   }
-  granules_[index].chunk = chunk;
+  chunk_[index] = chunk;
   ++mapped_granules_;
   stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, mapped_granules_ * granularity_);
   return true;
 }
 
 bool VmmArena::unmap_granule(uint64_t index) {
-  Granule& granule = granules_[index];
-  if (granule.chunk == 0) return true;
+  if (chunk_[index] == 0) return true;
   if (!backend_.unmap(base_ + index * granularity_)) return false;
-  free_chunks_.push_back(granule.chunk);
-  granule.chunk = 0;
+  free_chunks_.push_back(chunk_[index]);
+  chunk_[index] = 0;
   --mapped_granules_;
   return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// parse_budget
-
-std::optional<uint64_t> parse_budget(std::string_view text, uint64_t device_total) {
-  size_t i = 0;
-  uint64_t whole = 0;
-  size_t digits = 0;
-  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++digits) {
-    const uint64_t d = static_cast<uint64_t>(text[i] - '0');
-    if (whole > (UINT64_MAX - d) / 10) return std::nullopt;
-    whole = whole * 10 + d;
-  }
-  if (digits == 0) return std::nullopt;
-  // Decimals: percentages only; at most 9 digits.
-  uint64_t fraction = 0;
-  uint64_t scale = 1;
-  bool has_point = false;
-  if (i < text.size() && text[i] == '.') {
-    has_point = true;
-    ++i;
-    size_t n = 0;
-    for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i, ++n) {
-      if (n >= 9) return std::nullopt;
-      fraction = fraction * 10 + static_cast<uint64_t>(text[i] - '0');
-      scale *= 10;
-    }
-    if (n == 0) return std::nullopt;
-  }
-  const std::string_view rest = text.substr(i);
-  if (rest == "%") {
-    if (whole > 100) return std::nullopt;
-    const unsigned __int128 mantissa = static_cast<unsigned __int128>(whole) * scale + fraction;  // p * scale
-    if (mantissa == 0 || mantissa > static_cast<unsigned __int128>(100) * scale) return std::nullopt;
-    const unsigned __int128 bytes = static_cast<unsigned __int128>(device_total) * mantissa / (100 * scale);
-    if (bytes == 0) return std::nullopt;
-    return static_cast<uint64_t>(bytes);
-  }
-  if (has_point) return std::nullopt;
-  std::string s;
-  for (char c : rest) s.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
-  int shift = -1;
-  if (s.empty() || s == "B") shift = 0;
-  const char* const units = "KMGT";
-  for (int u = 0; u < 4; ++u) {
-    const std::string unit(1, units[u]);
-    if (s == unit || s == unit + "B" || s == unit + "IB") shift = 10 * (u + 1);
-  }
-  if (shift < 0 || whole == 0) return std::nullopt;
-  if (shift > 0 && whole > (UINT64_MAX >> shift)) return std::nullopt;
-  return whole << shift;
 }
 
 }  // namespace vcudnn::pool

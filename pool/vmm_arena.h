@@ -5,21 +5,38 @@
 // buffer's granules (the runtime copies the data out first) and restore() maps fresh ones at the
 // same addresses (the runtime copies the data back after).
 //
-// Placement (vDNN++, research/seed-vdnn.md §2): long-lived buffers (weights, optimizer state) are
-// placed from the low end of the range and short-lived ones (activations, workspaces) from the
-// high end, so the holes short-lived buffers leave never get pinned by a long-lived one.
+// Freed memory stays mapped ("idle") and is reused by later allocations of any size: a large
+// request takes the best-fitting idle run of granules, else grows an idle run into the unmapped
+// space beside it, else maps fresh granules. So in a training loop, whose allocations repeat,
+// nothing is mapped after the first iteration and the mapped total stays near the live peak
+// (replayed PyTorch allocation traces: within 2% of it). Idle memory is unmapped only by trim(),
+// which the runtime calls under pressure, once the frees that left it are settled.
+//
+// Freed memory carries the free's tags (free_tags.h); an allocation that reuses it reports them,
+// and the runtime orders the new owner's stream after them.
+//
+// Small buffers (below one granule after rounding to 512 B) are carved, best fit, out of slabs of
+// one granule each; an empty slab becomes an idle granule again. A large buffer never shares a
+// granule, so evicting it unmaps only its own memory.
 //
 // Knows nothing of CUDA: the backend (a CUDA one in runtime/, or a fake in tests) reserves,
 // creates, maps and unmaps. No exception leaves a public function; one mutex guards everything.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "pool/budget.h"
+#include "pool/free_tags.h"
 
 namespace vcudnn::pool {
 
@@ -38,27 +55,33 @@ class PhysicalBackend {
   virtual bool unmap(uint64_t va) = 0;  // one granule (cuMemUnmap)
 };
 
+// Where fresh granules go: long-lived buffers (cudaMalloc: weights, library state) low, short-lived
+// ones (stream-ordered: activations, workspaces) high, so that the two seldom interleave.
 enum class Lifetime { kLong, kShort };
 
 struct Allocation {
   uint64_t address = 0;
   uint64_t bytes = 0;  // the VA bytes it occupies: the request rounded up to 512 B or to granules
+  uint64_t fresh = 0;  // granules it had to map anew (0: it reused idle memory)
 };
 
 class VmmArena {
  public:
   struct Stats {
     uint64_t reserved_bytes = 0;     // the VA range
-    uint64_t mapped_bytes = 0;       // granules mapped now
+    uint64_t mapped_bytes = 0;       // granules mapped now (idle ones included)
     uint64_t peak_mapped_bytes = 0;  // most ever mapped at once
+    uint64_t idle_bytes = 0;         // mapped granules holding no live buffer (slabs count as used)
     uint64_t live_bytes = 0;         // sum of the requested sizes of buffers not freed (evicted included)
     uint64_t evicted_bytes = 0;      // bytes of granules of live buffers that are unmapped now
     uint64_t chunks_created = 0;     // create_chunk() successes, ever
     uint64_t chunks_free = 0;        // created and unmapped now (the free list)
     uint64_t allocations = 0;        // allocate() successes
     uint64_t failures = 0;           // allocate() calls that returned nothing
-    // 1 - resident live bytes / mapped bytes, where resident means not evicted; 0 when nothing
-    // is mapped. The share of mapped memory that holds no requested byte.
+    uint64_t fresh_granules = 0;     // granules mapped by allocate() (not restore), ever
+    uint64_t slabs = 0;              // granules carved into small buffers now
+    // 1 - resident live bytes / mapped bytes (0 when nothing is mapped): the share of mapped
+    // memory that holds no requested byte, idle memory included.
     double fragmentation = 0;
   };
 
@@ -75,53 +98,77 @@ class VmmArena {
   uint64_t granularity() const { return granularity_; }
   uint64_t base() const { return base_; }
 
-  // A buffer of at least `bytes`. Below one granule (after rounding to 512 B) it is sub-allocated
-  // inside mapped granules, which it may share with other small buffers; from one granule up it
-  // gets whole granules of its own. nullopt (counted in failures) when no VA fits, the mapped
-  // granules would exceed the budget, or the backend fails (the arena is left as before).
-  // bytes == 0 gives {0, 0} and tracks nothing.
-  std::optional<Allocation> allocate(uint64_t bytes, Lifetime lifetime);
-  // false for an address allocate() did not return, or one already freed. Frees evicted buffers too.
-  bool free(uint64_t address);
+  // A buffer of at least `bytes`. nullopt (counted in failures; the arena is left as before) when
+  // the granules it needs would exceed the budget, no VA fits, or the backend fails. `waits`
+  // (when given) receives the tags of the freed memory it reuses. bytes == 0 gives {0, 0}.
+  std::optional<Allocation> allocate(uint64_t bytes, Lifetime lifetime, TagSet* waits = nullptr);
+  // The buffer's memory becomes idle (still mapped) and carries `tags`. false for an address
+  // allocate() did not return, or one already freed. Frees evicted buffers too.
+  bool free(uint64_t address, const TagSet& tags = {});
   // Large buffers (whole granules) only. evict() unmaps the buffer's mapped granules (their chunks
   // go to the free list); false if unknown, small, already evicted, or an unmap failed (the
   // granules unmapped so far stay unmapped; evicting again finishes). restore() maps chunks on
   // every unmapped granule of the buffer, at the same addresses; false if unknown, small, not
-  // evicted, beyond the budget (nothing mapped) or the backend failed (what was mapped stays mapped;
-  // the buffer stays evicted until a restore() completes).
+  // evicted, beyond the budget (nothing mapped) or the backend failed (what was mapped stays
+  // mapped; the buffer stays evicted until a restore() completes).
   bool evict(uint64_t address);
   bool restore(uint64_t address);
   bool is_evicted(uint64_t address) const;
-  // Releases every chunk of the free list.
-  void trim();
-  Stats stats() const;  // walks every buffer: not for hot paths
-  // Cheap (one lock): granules mapped now, and the most that may be, in bytes.
+  // Unmaps up to `max_granules` idle granules whose tags `settled` accepts (tags it accepts are
+  // dropped); their chunks go to the free list. Returns how many were unmapped.
+  uint64_t trim(uint64_t max_granules, const std::function<bool(const FreeTag&)>& settled);
+  // The tags that keep idle memory from being trimmed now (every idle run's, merged).
+  TagSet idle_tags() const;
+  // Releases chunks of the free list (cuMemRelease) until at most `keep` remain.
+  void release_free_chunks(uint64_t keep = 0);
+  Stats stats() const;  // walks the buffers: not for hot paths
+  // Cheap (one lock each).
   uint64_t mapped_bytes() const;
+  uint64_t idle_bytes() const;
   uint64_t budget_bytes() const { return max_granules_ * granularity_; }
 
  private:
   using Handle = PhysicalBackend::Handle;
+  static constexpr uint64_t kNoSlab = UINT64_MAX;
+
   struct Buffer {
     uint64_t bytes = 0;      // occupied, rounded
     uint64_t requested = 0;  // as asked
-    bool large = false;
+    uint64_t slab = kNoSlab;  // the slab's granule for a small buffer
+    bool evicted = false;     // at least one granule unmapped by evict()
   };
-  struct Granule {
-    Handle chunk = 0;    // 0: unmapped
-    uint32_t users = 0;  // live buffers (evicted ones included) that overlap it
+  // A maximal run of free granules of one kind: mapped (idle) or not. Two runs of one kind are
+  // never adjacent (insert_run merges them).
+  struct Run {
+    uint64_t count = 0;
+    bool mapped = false;
+    TagSet tags;  // mapped runs: the frees that left the memory idle
   };
+  struct Slab {
+    std::map<uint64_t, uint64_t> free;  // offset in the granule -> size, coalesced
+    uint64_t used = 0;                  // bytes of live small buffers
+    TagSet tags;
+  };
+  using RunKey = std::pair<uint64_t, uint64_t>;                      // (count, first)
+  using SmallKey = std::tuple<uint64_t, uint64_t, uint64_t>;         // (size, slab granule, offset)
 
-  // All below run with mu_ held. Offsets are relative to base_.
-  // First fit from the lifetime's end; mapped_only (small buffers): only spots needing no new granule.
-  std::optional<uint64_t> place(uint64_t size, bool large, Lifetime lifetime, bool mapped_only) const;
-  uint64_t unmapped_in(uint64_t offset, uint64_t size) const;
-  bool map_span(uint64_t offset, uint64_t size);  // maps every unmapped granule; all or nothing
+  // All below run with mu_ held. Granule indices are relative to base_.
+  std::optional<uint64_t> allocate_granules(uint64_t count, Lifetime lifetime, TagSet* waits, uint64_t* fresh);
+  std::optional<std::pair<uint64_t, uint64_t>> choose_window(uint64_t count, Lifetime lifetime) const;
+  std::optional<uint64_t> allocate_small(uint64_t size, Lifetime lifetime, TagSet* waits, uint64_t* fresh);
+  void free_small(uint64_t offset, const Buffer& buffer, const TagSet& tags);
+  void free_granules(uint64_t first, uint64_t count, const TagSet& tags);
+  void insert_run(uint64_t first, uint64_t count, bool mapped, TagSet tags);
+  void erase_run(std::map<uint64_t, Run>::iterator it);
+  // Removes [first, first + count) from the free runs (it must lie in them), merging the tags of
+  // the mapped parts into *waits.
+  void carve_runs(uint64_t first, uint64_t count, TagSet* waits);
+  void add_small_range(uint64_t slab, uint64_t offset, uint64_t size);
+  void remove_small_range(uint64_t slab, uint64_t offset, uint64_t size);
+  uint64_t unmapped_in(uint64_t first, uint64_t count) const;
+  bool map_window(uint64_t first, uint64_t count);  // all or nothing
   bool map_granule(uint64_t index);
   bool unmap_granule(uint64_t index);  // chunk to the free list; false (still mapped) on failure
-  void carve(uint64_t offset, uint64_t size);
-  void give_back_range(uint64_t offset, uint64_t size);  // coalescing
-  bool buffer_evicted(uint64_t offset, const Buffer& buffer) const;
-  // The granules [first, first + count) of the large buffer at `address`; nullopt otherwise.
   std::optional<std::pair<uint64_t, uint64_t>> large_buffer_granules(uint64_t address) const;
 
   PhysicalBackend& backend_;
@@ -130,17 +177,18 @@ class VmmArena {
   uint64_t base_ = 0;
   uint64_t max_granules_ = 0;
   mutable std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_ranges_;  // offset -> size, coalesced
-  std::map<uint64_t, Buffer> buffers_;        // by offset
-  std::map<uint64_t, Granule> granules_;      // by index; present while mapped or used
+  std::vector<Handle> chunk_;                   // per granule; 0: unmapped
+  std::map<uint64_t, Run> runs_;                // free granule runs by first granule
+  std::set<RunKey> idle_by_size_;               // mapped runs
+  std::set<RunKey> unmapped_by_size_;           // unmapped runs
+  std::unordered_map<uint64_t, Buffer> buffers_;  // by offset from base_
+  std::unordered_map<uint64_t, Slab> slabs_;      // by granule
+  std::set<SmallKey> small_free_;                 // every slab's free ranges, best fit first
   std::vector<Handle> free_chunks_;
   uint64_t mapped_granules_ = 0;
+  uint64_t idle_granules_ = 0;
+  uint64_t evicted_granules_ = 0;
   Stats stats_;
 };
-
-// A memory budget: bytes with an optional K/M/G/T suffix (powers of 1024; "B", "KB", "KiB", any
-// case), or a percentage of `device_total` ("60%", "62.5%"; 0 < p <= 100). nullopt for anything
-// else: empty, negative, junk, zero, over 100%, overflow.
-std::optional<uint64_t> parse_budget(std::string_view text, uint64_t device_total);
 
 }  // namespace vcudnn::pool

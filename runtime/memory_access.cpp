@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/memory/cuda_device.h"
 #include "runtime/log.h"
 #include "runtime/memory_manager.h"
 #include "runtime/no_destroy.h"
@@ -22,90 +23,6 @@
 
 namespace vcudnn::memory {
 namespace {
-
-bool check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return true;
-  const RealCudart& rt = real_cudart();
-  if (rt.cudaGetLastError) rt.cudaGetLastError();  // vcudnn's failure must not stick to the framework
-  VCUDNN_WARN_LIMITED("offload: {} failed: {}", what,
-                      rt.cudaGetErrorString ? rt.cudaGetErrorString(e) : std::to_string(static_cast<int>(e)));
-  return false;
-}
-
-// Runs CUDA calls on the arena's device whatever the calling thread's current device is.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    const RealCudart& rt = real_cudart();
-    if (rt.cudaGetDevice && rt.cudaSetDevice && rt.cudaGetDevice(&previous_) == cudaSuccess && previous_ != device)
-      switched_ = rt.cudaSetDevice(device) == cudaSuccess;
-  }
-  ~OnDevice() {
-    if (switched_) real_cudart().cudaSetDevice(previous_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
-
-// The manager's device work: one non-blocking transfer stream and two reusable events (all
-// calls come under the manager's mutex).
-class CudaDevice final : public Device {
- public:
-  explicit CudaDevice(int device) : device_(device) {
-    const RealCudart& rt = real_cudart();
-    OnDevice on(device_);
-    ok_ = rt.cudaStreamCreateWithFlags && rt.cudaEventCreateWithFlags && rt.cudaMemcpyAsync &&
-          rt.cudaDeviceSynchronize && rt.cudaStreamSynchronize && rt.cudaEventRecord && rt.cudaStreamWaitEvent &&
-          check(rt.cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags") &&
-          check(rt.cudaEventCreateWithFlags(&transfers_done_, cudaEventDisableTiming), "cudaEventCreateWithFlags") &&
-          check(rt.cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  }
-  bool ok() const { return ok_; }
-
-  bool synchronize() override {
-    OnDevice on(device_);
-    return check(real_cudart().cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-  bool copy_to_host(void* host, uint64_t device, uint64_t bytes) override {
-    OnDevice on(device_);
-    return check(real_cudart().cudaMemcpyAsync(host, reinterpret_cast<const void*>(device), bytes,
-                                               cudaMemcpyDeviceToHost, transfer_),
-                 "cudaMemcpyAsync (evict)");
-  }
-  bool copy_to_device(uint64_t device, const void* host, uint64_t bytes) override {
-    OnDevice on(device_);
-    return check(real_cudart().cudaMemcpyAsync(reinterpret_cast<void*>(device), host, bytes, cudaMemcpyHostToDevice,
-                                               transfer_),
-                 "cudaMemcpyAsync (restore)");
-  }
-  bool finish_transfers() override {
-    OnDevice on(device_);
-    return check(real_cudart().cudaStreamSynchronize(transfer_), "cudaStreamSynchronize (transfers)");
-  }
-  bool order_after_transfers(cudaStream_t consumer) override { return order(consumer, transfer_, transfers_done_); }
-  bool order_after(cudaStream_t waiter, cudaStream_t producer) override {
-    return order(waiter, producer, producer_done_);
-  }
-
- private:
-  bool order(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t event) {
-    OnDevice on(device_);
-    const RealCudart& rt = real_cudart();
-    // A wait captures the event's state when it is made, so one event serves every call.
-    return check(rt.cudaEventRecord(event, producer), "cudaEventRecord") &&
-           check(rt.cudaStreamWaitEvent(waiter, event, 0), "cudaStreamWaitEvent");
-  }
-
-  int device_;
-  bool ok_ = false;
-  cudaStream_t transfer_ = nullptr;
-  cudaEvent_t transfers_done_ = nullptr;
-  cudaEvent_t producer_done_ = nullptr;
-};
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -147,8 +64,9 @@ Process start() {
   const RealCudart& rt = real_cudart();
   int device = 0;
   size_t free_bytes = 0, total_bytes = 0;
-  if (!rt.cudaGetDevice || !rt.cudaMemGetInfo || !check(rt.cudaGetDevice(&device), "cudaGetDevice") ||
-      !check(rt.cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo")) {
+  if (!rt.cudaGetDevice || !rt.cudaMemGetInfo || rt.cudaGetDevice(&device) != cudaSuccess ||
+      rt.cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    if (rt.cudaGetLastError) rt.cudaGetLastError();
     VCUDNN_LOG_ERROR("offload: the CUDA runtime is not usable ({}); vcudnn does not own memory",
                      cudart_library().found ? "no device" : cudart_library().error);
     return p;
@@ -294,6 +212,10 @@ void note_graph_use(const char* api) {
 
 void count_foreign_allocation(const char* api, uint64_t bytes) {
   if (MemoryManager* m = manager()) m->count_foreign(api, bytes);
+}
+
+void stream_destroyed(cudaStream_t stream) {
+  if (MemoryManager* m = manager()) m->stream_destroyed(stream);
 }
 
 }  // namespace vcudnn::memory

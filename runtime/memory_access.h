@@ -31,9 +31,10 @@ inline std::atomic<bool> g_active{false};
 // work when false.
 inline bool active() { return detail::g_active.load(std::memory_order_relaxed); }
 
-// The stream the access is ordered on; nullopt when the hook cannot know it (cuDNN and cuBLAS
-// calls: the stream lives in the handle). A fault-in for an unknown stream completes before
-// touch() returns (host wait); for a known stream, that stream waits on the restore's event.
+// The stream the access is ordered on (cuDNN and cuBLAS hooks read it from the handle;
+// synchronous copies name the default stream they run on); nullopt only when the hook cannot know
+// it. A fault-in makes a known stream wait for the copy back on the device; for an unknown
+// stream the host waits (counted: host_waits.h).
 using StreamRef = std::optional<cudaStream_t>;
 
 // Held by a hook from before its touch() until its real call has returned (the work is queued):
@@ -85,6 +86,10 @@ bool touch_remembered(const void* owner, StreamRef stream, const char* api);
 // see, so every evicted buffer is restored now, before capture starts, and eviction is switched
 // off for the rest of the process (logged once). Memory stays owned and tracked.
 void note_graph_use(const char* api);
+
+// `stream` is about to be destroyed (cudaStreamDestroy): what was queued on it is fenced one last
+// time, and a new stream with the same handle counts as another stream.
+void stream_destroyed(cudaStream_t stream);
 
 // An allocation path vcudnn does not serve (cudaMallocManaged, cudaMallocHost, cudaHostAlloc,
 // cuMemAlloc...): passed through, counted in the exit line.

@@ -1,67 +1,48 @@
-// MemoryManager: vcudnn owns the framework's device memory (VCUDNN_POLICY=offload; issue 4).
+// MemoryManager: vcudnn owns the framework's device memory (VCUDNN_POLICY=offload and
+// microbatch+offload). It composes the parts of runtime/memory/ and pool/:
+//  - serving: cudaMalloc / cudaMallocAsync from a VmmArena (pool/vmm_arena.h) on the CUDA
+//    virtual-memory API, so a buffer keeps its address for life; freed memory stays mapped and is
+//    reused across sizes, ordered after its free by tags (runtime/memory/stream_order.h);
+//  - access tracking: every access path reports its pointers (memory_access.h); a buffer touched
+//    while evicted is restored first (a fault-in), and the streams that used each buffer are
+//    remembered so that an eviction copy can wait for them;
+//  - room under a device budget: idle memory whose frees are settled is unmapped first, then
+//    memory in flight (evictions being copied out, frees not yet done on their stream) is waited
+//    for, then resident buffers chosen by the EvictionPolicy (LRU today) are evicted by the
+//    Residency mechanism. Evictions also start ahead of need, keeping room for the largest
+//    allocation seen, so that allocations and fault-ins rarely wait.
+// No device-wide synchronisation anywhere; the host waits only where host_waits.h says, counted.
 //
-// cudaMalloc/cudaMallocAsync are served from a VmmArena (pool/vmm_arena.h) on the CUDA
-// virtual-memory API, so a buffer keeps its address for life while the physical memory behind it
-// can be unmapped (evict: its bytes go to pinned host memory first) and mapped again (restore: the
-// bytes come back). Every access path reports its pointers (memory_access.h); an access to an
-// evicted buffer restores it first (a fault-in). With a device budget, an allocation that would
-// map more than the budget first drops freed buffers kept for reuse, then evicts the least
-// recently used buffers; if that cannot make room, it fails with cudaErrorMemoryAllocation.
-//
-// Ordering (no stream-ordered unmap exists in CUDA, so evictions wait on the host):
-//  - Freed buffers are kept mapped, keyed by size, and reused by later allocations of the same
-//    size (stream-ordered: the same stream reuses at once; another stream first waits on an event
-//    recorded on the freeing stream). They are unmapped only under pressure, after a device-wide
-//    synchronisation, so no queued kernel still uses them.
-//  - Evict: synchronise the device (every queued reader and writer of the victims is done), copy
-//    the victims to host blocks on the transfer stream, wait for the copies, unmap.
-//  - Restore: map, copy back on the transfer stream; the consuming stream waits on an event
-//    (or, when the hook cannot know the stream, the host waits). The host blocks are released at
-//    once: the next copy into them is queued behind on the same transfer stream.
-//
-// Buffers never evicted: those below one granule (they share granules), those allocated by the
-// NVIDIA libraries themselves (their kernels run unseen), those pinned by a hook (pointers kept
-// beyond a call), and all of them once a CUDA graph was captured.
-//
-// CUDA-free: the device work goes through the Device interface (runtime/cuda_memory_device.cpp in
-// production, a fake in the CPU tests). Thread-safe: one mutex for allocation, eviction and
-// restore; the access path without evictions takes only the index's shared lock.
+// CUDA-free: the device work goes through the Device interface (runtime/memory/cuda_device.cpp
+// in production, a simulated device in the CPU tests). Thread-safe: one mutex for allocation,
+// freeing, eviction and restore; the access path takes only the index's shared lock unless a
+// buffer it touches is not plainly resident.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pool/buffer_index.h"
 #include "pool/host_pool.h"
 #include "pool/vmm_arena.h"
+#include "runtime/memory/access_log.h"
+#include "runtime/memory/buffer.h"
+#include "runtime/memory/device.h"
+#include "runtime/memory/eviction_policy.h"
+#include "runtime/memory/host_waits.h"
+#include "runtime/memory/residency.h"
+#include "runtime/memory/stream_order.h"
 #include "runtime/memory_access.h"
 
 namespace vcudnn::memory {
-
-// The device-side work of the manager.
-class Device {
- public:
-  virtual ~Device() = default;
-  // Every piece of work queued on the device so far has finished.
-  virtual bool synchronize() = 0;
-  // Copies on the transfer stream (queued, not waited for).
-  virtual bool copy_to_host(void* host, uint64_t device, uint64_t bytes) = 0;
-  virtual bool copy_to_device(uint64_t device, const void* host, uint64_t bytes) = 0;
-  // The host waits for the transfer stream.
-  virtual bool finish_transfers() = 0;
-  // `consumer` waits (stream-ordered) for what the transfer stream has queued so far.
-  virtual bool order_after_transfers(cudaStream_t consumer) = 0;
-  // `waiter` waits for what `producer` has queued so far.
-  virtual bool order_after(cudaStream_t waiter, cudaStream_t producer) = 0;
-};
 
 struct ManagerConfig {
   std::optional<uint64_t> device_budget;  // bytes; nullopt: no eviction, the card's memory caps
@@ -77,24 +58,30 @@ struct ManagerStats {
   uint64_t mapped = 0;
   uint64_t peak_mapped = 0;
   uint64_t live = 0;
-  uint64_t cached = 0;
+  uint64_t idle = 0;  // freed memory kept mapped for reuse
   uint64_t evicted_now = 0;
   uint64_t host_budget = 0;
   uint64_t host_reserved = 0;
   uint64_t allocations = 0;
   uint64_t frees = 0;
-  uint64_t cache_hits = 0;
+  uint64_t reused = 0;  // allocations that mapped nothing new
+  uint64_t fresh_bytes = 0;  // bytes mapped anew by allocations, ever
   uint64_t failed_allocations = 0;
   uint64_t evictions = 0;
+  uint64_t evictions_started = 0;
+  uint64_t evictions_cancelled = 0;
   uint64_t restores = 0;
   uint64_t fault_ins = 0;
   uint64_t bytes_evicted = 0;
   uint64_t bytes_restored = 0;
+  uint64_t trimmed_bytes = 0;  // idle memory unmapped to make room
   uint64_t tracked_calls = 0;
   uint64_t tracked_hits = 0;
   uint64_t foreign_allocations = 0;
   uint64_t pinned_buffers = 0;
-  uint64_t eviction_rounds = 0;  // host synchronisations made to evict
+  uint64_t host_waits = 0;    // every cause of host_waits.h
+  uint64_t stream_waits = 0;  // stream-ordered waits made instead
+  uint64_t fences = 0;        // events recorded
   double fragmentation = 0;
 };
 
@@ -105,7 +92,9 @@ enum class RestoreResult { kOk, kUnknown, kNotEvicted, kNoRoom, kFailed };
 
 class MemoryManager {
  public:
-  MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend& host, Device& device, const ManagerConfig& config);
+  // `policy`: nullptr for least recently used.
+  MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend& host, Device& device, const ManagerConfig& config,
+                std::unique_ptr<EvictionPolicy> policy = nullptr);
   ~MemoryManager();
   MemoryManager(const MemoryManager&) = delete;
   MemoryManager& operator=(const MemoryManager&) = delete;
@@ -116,10 +105,11 @@ class MemoryManager {
   uint64_t granularity() const { return arena_.granularity(); }
 
   // An allocation ordered on `stream` (nullopt: cudaMalloc, usable on every stream at once).
-  // nullopt: out of memory (the budget cannot hold it even after evicting). bytes == 0 gives 0.
+  // nullopt: out of memory (the budget or the card cannot hold it even after making room).
+  // bytes == 0 gives 0.
   std::optional<uint64_t> allocate(uint64_t bytes, StreamRef stream, Origin origin);
-  // true if `address` is a live buffer of this manager (then it is freed: ordered on `stream`,
-  // or, for nullopt, after a device synchronisation as cudaFree does).
+  // true if `address` is a live buffer of this manager (then it is freed, ordered on `stream`,
+  // or for nullopt after every stream that used it, as cudaFree).
   bool free(uint64_t address, StreamRef stream);
   bool owns(uint64_t address) const;
 
@@ -134,91 +124,84 @@ class MemoryManager {
   bool touch_remembered(const void* owner, StreamRef stream, const char* api);
   void note_graph_use(const char* api);
   void count_foreign(const char* api, uint64_t bytes);
+  void stream_destroyed(Stream stream);
 
-  // Explicit moves (vcudnnEvictBuffer / vcudnnRestoreBuffer and the tests).
+  // Explicit moves (vcudnnEvictBuffer / vcudnnRestoreBuffer and the tests). evict() completes the
+  // eviction before it returns (the host waits for the copy: counted).
   EvictResult evict(uint64_t address);
   RestoreResult restore(uint64_t address, StreamRef stream);
 
-  // cudaMemGetInfo under a budget: (budget - mapped, budget).
+  // cudaMemGetInfo under a budget: (budget - mapped + idle, budget). Without one: the device's own
+  // numbers plus the idle and free-listed memory vcudnn would give back for an allocation.
   std::pair<uint64_t, uint64_t> budget_info() const;
+  std::pair<uint64_t, uint64_t> memory_info(uint64_t device_free, uint64_t device_total) const;
   const std::optional<uint64_t>& budget() const { return config_.device_budget; }
   bool graphs_seen() const { return graphs_seen_.load(std::memory_order_relaxed); }
   ManagerStats stats() const;
+  const HostWaitCounts& host_waits() const { return host_waits_; }
   std::string summary() const;  // the exit line's "offload: ..." part
+  const char* policy_name() const { return policy_->name(); }
 
-  // The accesses of the first calls (call index, buffer id, mode), for the trace.
-  struct AccessRecord {
-    uint64_t call = 0;
-    uint64_t buffer = 0;  // allocation sequence number
-    Access mode = Access::kUnknown;
-  };
-  std::vector<AccessRecord> access_log() const;
-  static constexpr size_t kAccessLogCap = 1u << 20;
+  using AccessRecord = AccessLog::Record;
+  std::vector<AccessRecord> access_log() const { return log_.records(); }
+  static constexpr size_t kAccessLogCap = AccessLog::kCap;
 
  private:
-  struct Buffer {
-    uint64_t address = 0;
-    uint64_t bytes = 0;  // requested
-    uint64_t span = 0;   // occupied in the arena
-    uint64_t serial = 0;
-    bool large = false;
-    bool library = false;
-    std::atomic<bool> pinned{false};
-    std::atomic<bool> evicted{false};
-    std::atomic<uint64_t> last_use{0};
-    std::atomic<bool> pending{false};  // restored for one stream; others must wait for the copy
-    std::vector<pool::HostBlock> host;  // while evicted
-    bool cached = false;                // freed, kept mapped for reuse
-    std::optional<cudaStream_t> stream;  // the stream it was freed on (cached)
-  };
-
   // All below with mu_ held.
-  Buffer* take_cached(uint64_t span, StreamRef stream);
   Buffer* new_buffer();
-  bool make_room(uint64_t granules, uint64_t protect_from_tick);
-  bool drop_cache();
-  bool evict_locked(const std::vector<Buffer*>& victims);
-  // `protect`: buffers used at or after this tick are not evicted to make room.
-  RestoreResult restore_locked(Buffer* b, StreamRef stream, uint64_t protect, bool fault);
+  void recycle(Buffer* b);
+  bool is_live(const Buffer* b) const;
+  uint64_t granules_for(uint64_t bytes) const;
   uint64_t free_granules() const;
-  uint64_t span_of(uint64_t bytes) const;
-  void release_to_arena(Buffer* b);
+  // Runs attempt() until it succeeds, making room for `need` granules between tries: reap
+  // finished evictions, trim settled idle memory, wait for memory in flight, evict. `protect`:
+  // buffers used at or after this tick are not evicted.
+  template <typename Attempt>
+  bool with_room(uint64_t need, uint64_t protect, Attempt&& attempt);
+  uint64_t reap();
+  uint64_t trim(uint64_t granules);
+  bool wait_for_idle();
+  bool start_evictions(uint64_t granules, uint64_t protect);
+  void evict_ahead();
+  void order_new_owner(const pool::TagSet& waits, StreamRef stream);
+  RestoreResult restore_locked(Buffer* b, StreamRef stream, uint64_t protect, bool fault);
+  void settle_restore(Buffer* b, StreamRef stream);
+  void stop_evicting(Buffer* b);
+  uint64_t unevictable_bytes() const;
 
-  // Marks the hits used now; restores the evicted ones. Called without mu_.
+  // The access path. Called without mu_.
   bool on_hits(const std::vector<pool::Hit>& hits, Access mode, StreamRef stream, const char* api);
-  void log_accesses(const std::vector<pool::Hit>& hits, Access mode);
 
   ManagerConfig config_;
   Device& device_;
   pool::VmmArena arena_;
   pool::HostPool host_;
   pool::BufferIndex index_;
+  StreamOrder order_;
+  Residency residency_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  AccessLog log_;
+  HostWaitCounts host_waits_;
 
   mutable std::mutex mu_;
-  std::deque<Buffer> storage_;                    // Buffer objects live for the process (recycled)
-  std::vector<Buffer*> spare_;                    // recycled objects
-  std::unordered_map<uint64_t, Buffer*> live_;    // by address
-  std::multimap<uint64_t, Buffer*> cache_;        // freed, mapped, by span
-  uint64_t cached_bytes_ = 0;
+  std::deque<Buffer> storage_;                  // Buffer objects live for the process (recycled)
+  std::vector<Buffer*> spare_;                  // recycled objects
+  std::unordered_map<uint64_t, Buffer*> live_;  // by address
+  std::vector<Buffer*> evicting_;               // kEvicting, oldest first
+  uint64_t evicting_granules_ = 0;
+  uint64_t largest_granules_ = 0;   // the largest allocation so far: the room evict_ahead() keeps
   uint64_t live_requested_ = 0;     // requested bytes of live buffers
   uint64_t evicted_requested_ = 0;  // the part of it evicted now
-  std::unordered_map<Buffer*, cudaStream_t> pending_;  // restored for a stream, copy maybe in flight
-  std::atomic<uint64_t> evicted_count_{0};        // buffers evicted now: 0 keeps the access path lock-free
   std::atomic<bool> graphs_seen_{false};
-  bool host_reserved_ = false;
+  uint64_t serial_ = 0;
+  ManagerStats counters_;  // the fields the manager counts itself; under mu_
 
   std::mutex remembered_mu_;
   std::unordered_map<const void*, std::vector<uint64_t>> remembered_;
 
-  mutable std::mutex log_mu_;
-  std::vector<AccessRecord> log_;
-  std::atomic<bool> log_full_{false};
-
-  ManagerStats counters_;  // under mu_
   std::atomic<uint64_t> tracked_calls_{0};
   std::atomic<uint64_t> tracked_hits_{0};
   std::atomic<uint64_t> foreign_{0};
-  uint64_t serial_ = 0;
 };
 
 // The process's manager, or nullptr when the policy does not own memory or it could not start.

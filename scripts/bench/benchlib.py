@@ -137,6 +137,12 @@ MEMORY_STATS_FIELDS = (
     ("trackedHits", "c_uint64"),
     ("foreignAllocations", "c_uint64"),
     ("fragmentation", "c_double"),
+    ("hostWaits", "c_uint64"),
+    ("streamWaits", "c_uint64"),
+    ("evictionsStarted", "c_uint64"),
+    ("evictionsCancelled", "c_uint64"),
+    ("freshBytes", "c_uint64"),
+    ("trimmedBytes", "c_uint64"),
 )
 
 

@@ -155,12 +155,12 @@ typedef struct {
   uint64_t mappedBytes;          /* device memory mapped into the arena now */
   uint64_t peakMappedBytes;      /* most ever mapped at once (never above budgetBytes) */
   uint64_t liveBytes;            /* requested bytes of buffers not freed (evicted included) */
-  uint64_t cachedBytes;          /* freed buffers kept mapped for reuse */
+  uint64_t cachedBytes;          /* freed memory kept mapped (idle) for reuse by any size */
   uint64_t evictedBytes;         /* bytes of live buffers held on the host now */
   uint64_t hostBudgetBytes;      /* VCUDNN_HOST_BUDGET: pinned host memory reserved for evictions */
   uint64_t allocations;          /* cudaMalloc / cudaMallocAsync served */
   uint64_t frees;                /* cudaFree / cudaFreeAsync served */
-  uint64_t cacheHits;            /* allocations served from freed buffers without mapping */
+  uint64_t cacheHits;            /* allocations served from freed memory without mapping any */
   uint64_t failedAllocations;    /* answered cudaErrorMemoryAllocation */
   uint64_t evictions;            /* buffers moved to the host */
   uint64_t restores;             /* buffers brought back (fault-ins included) */
@@ -171,6 +171,12 @@ typedef struct {
   uint64_t trackedHits;          /* buffer accesses found in them */
   uint64_t foreignAllocations;   /* allocations passed through unserved (managed, host, driver API) */
   double fragmentation;          /* 1 - resident live bytes / mapped bytes */
+  uint64_t hostWaits;            /* times the host waited (on one event; never the whole device) */
+  uint64_t streamWaits;          /* stream-ordered waits made instead of host waits */
+  uint64_t evictionsStarted;     /* copies to the host started (some cancelled by an access) */
+  uint64_t evictionsCancelled;   /* evictions an access cancelled before the memory went */
+  uint64_t freshBytes;           /* device memory mapped anew by allocations, ever */
+  uint64_t trimmedBytes;         /* idle memory unmapped to make room, ever */
 } vcudnnMemoryStats_t;
 
 /* Fills *stats; CUDNN_STATUS_BAD_PARAM for NULL. Works under LD_PRELOAD (look it up with dlsym);

@@ -1,0 +1,39 @@
+// Buffer: one allocation the memory runtime serves, and what it knows about it. Fields read on the
+// access path without the manager's lock are atomics; the rest change under the manager's lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "pool/free_tags.h"
+#include "pool/host_pool.h"
+
+namespace vcudnn::memory {
+
+enum class BufferState : uint8_t {
+  kResident,  // mapped, its bytes on the device
+  kEvicting,  // still mapped and valid; a copy to the host is in flight
+  kEvicted,   // unmapped; its bytes in host blocks
+};
+
+struct Buffer {
+  uint64_t address = 0;
+  uint64_t bytes = 0;   // requested
+  uint64_t span = 0;    // occupied in the arena
+  uint64_t serial = 0;  // allocation sequence number (the access log's buffer id)
+  bool large = false;   // whole granules of its own: evictable
+  bool library = false;  // allocated by an NVIDIA library: never evicted
+  std::atomic<bool> pinned{false};  // a library keeps a pointer into it: never evicted
+  std::atomic<BufferState> state{BufferState::kResident};
+  std::atomic<uint64_t> last_use{0};  // global tick of its latest access
+  // The streams (StreamOrder::bit_of) that accessed it since its last eviction started.
+  std::atomic<uint64_t> streams{0};
+  // A restore copy may still be in flight: an access must be ordered after `ready` first.
+  std::atomic<bool> restoring{false};
+  pool::FreeTag ready;                 // the restore copy's end on the transfer stream
+  pool::FreeTag copied_out;            // the eviction copy's end on the transfer stream
+  std::vector<pool::HostBlock> host;   // where its bytes are while evicting / evicted
+};
+
+}  // namespace vcudnn::memory

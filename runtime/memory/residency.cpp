@@ -1,0 +1,130 @@
+// Residency (residency.h).
+#include "runtime/memory/residency.h"
+
+#include <algorithm>
+
+namespace vcudnn::memory {
+
+Residency::Residency(pool::VmmArena& arena, pool::HostPool& host, Device& device, StreamOrder& order)
+    : arena_(arena), host_(host), device_(device), order_(order) {
+  transfer_id_ = order_.id_of(device_.transfer_stream());
+}
+
+bool Residency::take_host_blocks(Buffer* b) {
+  // A slab bounds one block, so a large buffer takes several.
+  const uint64_t piece = host_.stats().slab_bytes;
+  bool ok = piece != 0;
+  for (uint64_t off = 0; ok && off < b->bytes; off += piece) {
+    const auto block = host_.acquire(std::min(piece, b->bytes - off));
+    if (block) b->host.push_back(*block);
+    ok = block.has_value();
+  }
+  if (!ok) drop_host_copy(b);
+  return ok;
+}
+
+void Residency::drop_host_copy(Buffer* b) {
+  // A copy into these blocks may still be in flight: the next copy into them is queued behind it on
+  // the transfer stream, and nothing else reads them.
+  for (const pool::HostBlock& h : b->host) host_.release(h.ptr);
+  b->host.clear();
+}
+
+std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victims) {
+  std::vector<Buffer*> started;
+  uint64_t streams = 0;
+  for (Buffer* b : victims) {
+    if (!take_host_blocks(b)) {
+      ++stats_.no_host_memory;
+      b->state.store(BufferState::kResident);
+      continue;
+    }
+    streams |= b->streams.exchange(0);
+    started.push_back(b);
+  }
+  if (started.empty()) return started;
+  // The copies start after everything queued so far on every stream that used a victim.
+  const Stream transfer = device_.transfer_stream();
+  bool ok = true;
+  for (uint32_t id : order_.ids_in(streams)) ok = order_.order(transfer, order_.mark(id)) && ok;
+  for (Buffer* b : started) {
+    uint64_t off = 0;
+    for (const pool::HostBlock& h : b->host) {
+      const uint64_t n = std::min(h.bytes, b->bytes - off);
+      ok = ok && device_.copy_to_host(h.ptr, b->address + off, n);
+      off += n;
+    }
+  }
+  const pool::FreeTag end = order_.mark(transfer_id_);
+  for (Buffer* b : started) {
+    if (!ok) {
+      drop_host_copy(b);
+      b->state.store(BufferState::kResident);
+      continue;
+    }
+    b->copied_out = end;
+    ++stats_.started;
+  }
+  if (!ok) {
+    ++stats_.failures;
+    started.clear();
+  }
+  return started;
+}
+
+bool Residency::finish_eviction(Buffer* b) {
+  if (b->state.load() != BufferState::kEvicting || !order_.settled(b->copied_out)) return false;
+  if (!arena_.evict(b->address)) {
+    // Unmapped in part at most: map back what is missing; the bytes are still on the device or
+    // were never touched by the failed unmap.
+    if (arena_.is_evicted(b->address) && !arena_.restore(b->address)) {
+      ++stats_.failures;
+      b->state.store(BufferState::kEvicted);  // the host copy is complete: restore from it later
+      ++stats_.evictions;
+      return true;
+    }
+    ++stats_.failures;
+    drop_host_copy(b);
+    b->state.store(BufferState::kResident);
+    return false;
+  }
+  b->state.store(BufferState::kEvicted);
+  ++stats_.evictions;
+  stats_.bytes_evicted += b->bytes;
+  return true;
+}
+
+void Residency::cancel_eviction(Buffer* b) {
+  drop_host_copy(b);
+  b->state.store(BufferState::kResident);
+  ++stats_.cancelled;
+}
+
+bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {
+  if (!arena_.restore(b->address)) return false;
+  bool ok = true;
+  uint64_t off = 0;
+  for (const pool::HostBlock& h : b->host) {
+    const uint64_t n = std::min(h.bytes, b->bytes - off);
+    ok = ok && device_.copy_to_device(b->address + off, h.ptr, n);
+    off += n;
+  }
+  if (!ok) {
+    // The copies queued so far must finish before the memory can go again: keep it mapped, idle
+    // of meaning, until then; the bytes are still on the host.
+    order_.wait_host(order_.mark(transfer_id_));
+    arena_.evict(b->address);
+    ++stats_.failures;
+    return false;
+  }
+  b->ready = order_.mark(transfer_id_);
+  drop_host_copy(b);  // the next copy into these blocks queues behind the copy from them
+  if (consumer) order_.order(*consumer, b->ready);
+  b->restoring.store(true);
+  b->state.store(BufferState::kResident);
+  ++stats_.restores;
+  stats_.bytes_restored += b->bytes;
+  return true;
+}
+
+}  // namespace vcudnn::memory

@@ -1,0 +1,65 @@
+// Residency: the mechanism that moves a large buffer's bytes to pinned host memory and back, at the
+// same address, ordered by events alone (no host synchronisation):
+//  - evict: the transfer stream waits for fences on every stream that used the buffer, copies it
+//    out, and the buffer is kEvicting: still mapped and valid. Once that copy has finished (polled
+//    by finish_eviction), its granules are unmapped: kEvicted. An access meanwhile cancels the
+//    eviction; the bytes never left.
+//  - restore: map fresh granules, copy back on the transfer stream; the consumer stream waits for
+//    the copy's end (`ready`); other streams are ordered after it when they touch the buffer.
+// Which buffers go, and when, is decided elsewhere (eviction_policy.h, memory_manager.cpp). Every
+// call comes with the manager's lock held.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pool/host_pool.h"
+#include "pool/vmm_arena.h"
+#include "runtime/memory/buffer.h"
+#include "runtime/memory/device.h"
+#include "runtime/memory/stream_order.h"
+
+namespace vcudnn::memory {
+
+class Residency {
+ public:
+  Residency(pool::VmmArena& arena, pool::HostPool& host, Device& device, StreamOrder& order);
+
+  // Starts the eviction of each victim that can get host memory; returns those (now kEvicting).
+  std::vector<Buffer*> start_eviction(const std::vector<Buffer*>& victims);
+  // A kEvicting buffer whose copy has finished is unmapped (kEvicted): true. false while the copy
+  // is in flight, or when the unmap failed (then the buffer is kResident again, nothing lost).
+  bool finish_eviction(Buffer* b);
+  // An access needs a kEvicting buffer: it is kResident again at once.
+  void cancel_eviction(Buffer* b);
+  // Maps a kEvicted buffer again (the caller made room) and queues the copy back; `consumer` (when
+  // known) waits for it on the device. false (still kEvicted, bytes kept) on failure.
+  bool restore(Buffer* b, std::optional<Stream> consumer);
+  // Releases the host blocks of a buffer that is being freed.
+  void drop_host_copy(Buffer* b);
+
+  struct Stats {
+    uint64_t evictions = 0;  // copies out finished and unmapped
+    uint64_t restores = 0;
+    uint64_t bytes_evicted = 0;
+    uint64_t bytes_restored = 0;
+    uint64_t started = 0;    // evictions started
+    uint64_t cancelled = 0;  // evictions an access cancelled
+    uint64_t no_host_memory = 0;
+    uint64_t failures = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  bool take_host_blocks(Buffer* b);
+
+  pool::VmmArena& arena_;
+  pool::HostPool& host_;
+  Device& device_;
+  StreamOrder& order_;
+  uint32_t transfer_id_ = 0;
+  Stats stats_;
+};
+
+}  // namespace vcudnn::memory

@@ -1,0 +1,172 @@
+// StreamOrder (stream_order.h).
+#include "runtime/memory/stream_order.h"
+
+#include <algorithm>
+
+namespace vcudnn::memory {
+namespace {
+
+Stream normalised(Stream s) { return s == cudaStreamLegacy ? nullptr : s; }
+bool is_per_thread(Stream s) { return s == cudaStreamPerThread; }
+
+// Bumped by every new StreamOrder and every retire(): a thread's cached id is valid only for the
+// generation it was cached in (a new instance may reuse a dead one's address).
+std::atomic<uint64_t> g_generation{1};
+
+}  // namespace
+
+StreamOrder::StreamOrder(Device& device) : device_(device) { g_generation.fetch_add(1, std::memory_order_acq_rel); }
+
+StreamOrder::~StreamOrder() {
+  for (Event e : all_events_) device_.destroy_event(e);
+}
+
+uint32_t StreamOrder::id_of(Stream stream) {
+  struct Cached {
+    const StreamOrder* owner = nullptr;
+    Stream stream = nullptr;
+    uint64_t generation = 0;
+    uint32_t id = 0;
+  };
+  thread_local Cached cache;
+  stream = normalised(stream);
+  const uint64_t generation = g_generation.load(std::memory_order_acquire);
+  if (cache.owner == this && cache.stream == stream && cache.generation == generation) return cache.id;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t id = register_locked(stream);
+  cache = Cached{this, stream, generation, id};
+  return id;
+}
+
+uint32_t StreamOrder::register_locked(Stream stream) {
+  if (const auto it = ids_.find(stream); it != ids_.end()) return it->second;
+  State& st = states_.emplace_back();
+  st.handle = stream;
+  st.per_thread = is_per_thread(stream);
+  const auto id = static_cast<uint32_t>(states_.size());
+  ids_.emplace(stream, id);
+  ++stats_.streams;
+  return id;
+}
+
+std::vector<uint32_t> StreamOrder::ids_in(uint64_t mask) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> ids;
+  for (uint32_t id = 1; id <= states_.size(); ++id) {
+    if (mask & bit_of(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+pool::FreeTag StreamOrder::mark(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id == 0 || id > states_.size()) return {};
+  return {id, ++state(id).marks};
+}
+
+void StreamOrder::poll(State& st) {
+  while (!st.fences.empty()) {
+    const EventState s = device_.query(st.fences.front().event);
+    if (s == EventState::kPending) return;
+    // A failed query (the context is broken) cannot be waited out: treat the fence as passed.
+    if (s == EventState::kFailed) ++stats_.failures;
+    st.done = std::max(st.done, st.fences.front().seq);
+    free_events_.push_back(st.fences.front().event);
+    st.fences.pop_front();
+  }
+}
+
+const StreamOrder::Fence* StreamOrder::ensure_fence(State& st, uint64_t seq) {
+  if (!st.fences.empty() && st.fences.back().seq >= seq) return &st.fences.back();
+  if (st.retired) return nullptr;  // retire() fenced every mark it had; none can be newer
+  Event e = nullptr;
+  if (!free_events_.empty()) {
+    e = free_events_.back();
+    free_events_.pop_back();
+  } else if ((e = device_.create_event()) != nullptr) {
+    all_events_.push_back(e);
+  }
+  // Per-thread default streams are fenced through the legacy stream (see the header).
+  if (!e || !device_.record(e, st.per_thread ? nullptr : st.handle)) {
+    if (e) free_events_.push_back(e);
+    ++stats_.failures;
+    return nullptr;
+  }
+  ++stats_.fences;
+  st.fences.push_back({e, st.marks});
+  return &st.fences.back();
+}
+
+bool StreamOrder::settled(const pool::FreeTag& tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tag.stream == 0 || tag.stream > states_.size()) return true;
+  State& st = state(tag.stream);
+  if (tag.seq <= st.done) return true;
+  poll(st);
+  if (tag.seq <= st.done) return true;
+  ensure_fence(st, tag.seq);
+  return false;
+}
+
+void StreamOrder::fence_ahead(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id == 0 || id > states_.size()) return;
+  State& st = state(id);
+  poll(st);
+  if (st.fences.empty() && st.marks > st.done) ensure_fence(st, st.marks);
+}
+
+bool StreamOrder::same_stream(Stream waiter, const State& st) const {
+  return !st.per_thread && !is_per_thread(waiter) && normalised(waiter) == st.handle;
+}
+
+bool StreamOrder::order(Stream waiter, const pool::FreeTag& tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tag.stream == 0 || tag.stream > states_.size()) return true;
+  State& st = state(tag.stream);
+  if (same_stream(waiter, st)) return true;
+  poll(st);
+  if (tag.seq <= st.done) return true;
+  const Fence* f = ensure_fence(st, tag.seq);
+  if (!f || !device_.wait(waiter, f->event)) {
+    ++stats_.failures;
+    return false;
+  }
+  ++stats_.stream_waits;
+  return true;
+}
+
+bool StreamOrder::wait_host(const pool::FreeTag& tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tag.stream == 0 || tag.stream > states_.size()) return true;
+  State& st = state(tag.stream);
+  poll(st);
+  if (tag.seq <= st.done) return true;
+  const Fence* f = ensure_fence(st, tag.seq);
+  if (!f) return false;
+  ++stats_.host_waits;
+  if (!device_.host_wait(f->event)) ++stats_.failures;
+  poll(st);
+  return true;
+}
+
+void StreamOrder::retire(Stream stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = ids_.find(normalised(stream));
+  if (it == ids_.end()) return;
+  State& st = state(it->second);
+  poll(st);
+  // If this fence cannot be recorded the stream's last marks never settle: memory freed on it stays
+  // idle (still reusable by its own order's successors through order()) rather than risk a race.
+  if (st.marks > st.done) ensure_fence(st, st.marks);
+  st.retired = true;
+  ids_.erase(it);
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+StreamOrder::Stats StreamOrder::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace vcudnn::memory

@@ -1,0 +1,96 @@
+// StreamOrder: where each stream's work stands, known without blocking the host. A tag (pool/
+// free_tags.h) names a point in one stream's order: mark() makes one for "everything queued on the
+// stream so far" without touching the device. Only when someone needs to know whether a tag is
+// settled, or must make another stream wait for it, is an event (a fence) recorded; fences are
+// shared by every tag they cover and polled, never waited for, except by wait_host(), which
+// callers count (host_waits.h).
+//
+// Streams are numbered in order of first sight (id 1, 2, ...). nullptr and cudaStreamLegacy are
+// one stream. cudaStreamPerThread means a different stream on every thread, so it is never "the
+// same stream" as anything; it is fenced through the legacy stream, which orders after all prior
+// work of blocking streams, per-thread default streams included.
+//
+// Thread-safe: one mutex; id_of() is lock-free on a thread that saw the stream before.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "pool/free_tags.h"
+#include "runtime/memory/device.h"
+
+namespace vcudnn::memory {
+
+class StreamOrder {
+ public:
+  explicit StreamOrder(Device& device);
+  ~StreamOrder();  // destroys every event it made
+  StreamOrder(const StreamOrder&) = delete;
+  StreamOrder& operator=(const StreamOrder&) = delete;
+
+  uint32_t id_of(Stream stream);
+  // One bit per stream id for access masks; ids from 63 on share bit 63.
+  static uint64_t bit_of(uint32_t id) { return id < 63 ? 1ull << id : 1ull << 63; }
+  std::vector<uint32_t> ids_in(uint64_t mask) const;
+
+  // A point in stream `id`'s order after everything queued on it so far. Records nothing.
+  pool::FreeTag mark(uint32_t id);
+  // Whether the device has finished everything up to `tag` (polls; never blocks). A tag that is
+  // not settled gets a fence if none covers it yet, so that it settles without further help.
+  bool settled(const pool::FreeTag& tag);
+  // Keeps a fence in flight on stream `id` covering its latest mark, when none is in flight: then
+  // what was marked settles soon after the device gets there, without anyone waiting for it.
+  void fence_ahead(uint32_t id);
+  // `waiter` waits on the device for `tag`; nothing when it is settled or `waiter` is the tag's own
+  // stream. false when no fence could be recorded (the stream is being captured, or CUDA failed).
+  bool order(Stream waiter, const pool::FreeTag& tag);
+  // The host waits for `tag`. false on failure.
+  bool wait_host(const pool::FreeTag& tag);
+  // `stream` is about to be destroyed: a last fence covers its marks, and a new stream that gets
+  // the same handle gets a new id.
+  void retire(Stream stream);
+
+  struct Stats {
+    uint64_t streams = 0;        // ids given
+    uint64_t fences = 0;         // events recorded
+    uint64_t stream_waits = 0;   // order() calls that made a stream wait
+    uint64_t host_waits = 0;     // wait_host() calls that blocked
+    uint64_t failures = 0;       // events that could not be made, recorded or queried
+  };
+  Stats stats() const;
+
+ private:
+  struct Fence {
+    Event event = nullptr;
+    uint64_t seq = 0;  // covers every mark up to this
+  };
+  struct State {
+    Stream handle = nullptr;  // normalised
+    bool per_thread = false;
+    bool retired = false;
+    uint64_t marks = 0;
+    uint64_t done = 0;  // every mark up to this is settled
+    std::deque<Fence> fences;
+  };
+
+  // All below with mu_ held.
+  uint32_t register_locked(Stream stream);
+  State& state(uint32_t id) { return states_[id - 1]; }
+  void poll(State& st);
+  const Fence* ensure_fence(State& st, uint64_t seq);
+  bool same_stream(Stream waiter, const State& st) const;
+
+  Device& device_;
+  mutable std::mutex mu_;
+  std::deque<State> states_;                     // by id - 1
+  std::unordered_map<Stream, uint32_t> ids_;     // live handles
+  std::vector<Event> free_events_;
+  std::vector<Event> all_events_;
+  Stats stats_;
+};
+
+}  // namespace vcudnn::memory

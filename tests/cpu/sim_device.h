@@ -1,0 +1,315 @@
+// SimDevice: a simulated GPU for the memory runtime's CPU tests. Its memory is real host memory
+// (granules are byte arrays mapped at virtual addresses), and its streams are queues of work that
+// run only when the test lets the device run (run_some / run_all) or when the host waits on an
+// event, so the device lags the host by as much as a test likes. It checks the rules a real GPU
+// would punish, and records a violation in `errors`:
+//  - a kernel or copy touching unmapped memory;
+//  - an unmap while queued work still touches that memory (cuMemUnmap does not wait);
+//  - a kernel reading bytes other than the last ones the program wrote there (lost or stale data);
+//  - more granules mapped than the limit.
+// Work on one stream runs in order; a wait on an event holds its stream until the event's record
+// has run. Thread-safe (one mutex): the stress tests call it from several threads.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pool/host_pool.h"
+#include "pool/vmm_arena.h"
+#include "runtime/memory/device.h"
+
+namespace vcudnn::test {
+
+class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, public memory::Device {
+ public:
+  static constexpr uint64_t kBase = 0x7f0000000000ull;
+
+  SimDevice(uint64_t granularity, uint64_t limit_granules, uint32_t seed = 1)
+      : g_(granularity), limit_(limit_granules), rng_(seed) {}
+
+  // A user stream; not 1 or 2, which are cudaStreamLegacy and cudaStreamPerThread.
+  static memory::Stream stream(uintptr_t n) { return reinterpret_cast<memory::Stream>(0x1000 + n); }
+
+  // ---- PhysicalBackend
+  uint64_t granularity() override { return g_; }
+  bool reserve(uint64_t, uint64_t* base) override {
+    *base = kBase;
+    return true;
+  }
+  void unreserve(uint64_t, uint64_t) override {}
+  Handle create_chunk() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    chunks_[next_chunk_];  // bytes made on first access (garbage, as fresh physical memory)
+    return next_chunk_++;
+  }
+  void release_chunk(Handle h) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    chunks_.erase(h);
+  }
+  bool map(uint64_t va, Handle h) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mapped_.count(va)) error("double map");
+    mapped_[va] = h;
+    chunks_[h].clear();  // mapped memory holds garbage until written
+    if (mapped_.size() > limit_) error("budget exceeded: " + std::to_string(mapped_.size()) + " granules mapped");
+    peak_mapped_ = std::max<uint64_t>(peak_mapped_, mapped_.size());
+    return true;
+  }
+  bool unmap(uint64_t va) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [s, q] : queues_) {
+      for (const Op& op : q) {
+        if (op.touches(va, g_))
+          error("unmap of granule " + std::to_string((va - kBase) / g_) + " that queued work (kind " +
+                std::to_string(op.kind) + " on stream " + std::to_string(reinterpret_cast<uintptr_t>(s)) +
+                ") still touches");
+      }
+    }
+    if (!mapped_.erase(va)) error("unmap of an unmapped VA");
+    return true;
+  }
+
+  // ---- HostBackend
+  void* allocate_pinned(uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    host_.push_back(std::make_unique<uint8_t[]>(bytes));
+    return host_.back().get();
+  }
+  void free_pinned(void*) override {}
+
+  // ---- Device
+  memory::Event create_event() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uintptr_t id = next_event_++;
+    events_[id] = EventRec{};
+    return reinterpret_cast<memory::Event>(id);
+  }
+  void destroy_event(memory::Event) override {}
+  bool record(memory::Event e, memory::Stream s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EventRec& rec = events_.at(id(e));
+    ++rec.generation;
+    rec.done_generation = std::min(rec.done_generation, rec.generation - 1);
+    push(s, Op{Op::kRecord, 0, 0, nullptr, id(e), rec.generation, 0});
+    return true;
+  }
+  bool wait(memory::Stream waiter, memory::Event e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const EventRec& rec = events_.at(id(e));
+    ++stream_waits;
+    push(waiter, Op{Op::kWait, 0, 0, nullptr, id(e), rec.generation, 0});
+    return true;
+  }
+  memory::EventState query(memory::Event e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const EventRec& rec = events_.at(id(e));
+    return rec.done_generation >= rec.generation ? memory::EventState::kDone : memory::EventState::kPending;
+  }
+  bool host_wait(memory::Event e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++host_waits;
+    const EventRec& rec = events_.at(id(e));
+    while (rec.done_generation < rec.generation) {
+      if (!step_locked()) {
+        error("host wait on an event that can never complete");
+        return false;
+      }
+    }
+    return true;
+  }
+  memory::Stream transfer_stream() override { return stream(kTransfer); }
+  bool copy_to_host(void* host, uint64_t device, uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    push(stream(kTransfer), Op{Op::kToHost, device, bytes, static_cast<uint8_t*>(host), 0, 0, 0});
+    return true;
+  }
+  bool copy_to_device(uint64_t device, const void* host, uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    push(stream(kTransfer),
+         Op{Op::kToDevice, device, bytes, const_cast<uint8_t*>(static_cast<const uint8_t*>(host)), 0, 0, 0});
+    return true;
+  }
+
+  // ---- What the program under test queues (its kernels), and the device's progress
+  // A kernel writing a pattern of `seed` over [va, va + bytes), or checking that it is there.
+  void write(memory::Stream s, uint64_t va, uint64_t bytes, uint32_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    push(s, Op{Op::kWrite, va, bytes, nullptr, 0, 0, seed});
+  }
+  void check(memory::Stream s, uint64_t va, uint64_t bytes, uint32_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    push(s, Op{Op::kCheck, va, bytes, nullptr, 0, 0, seed});
+  }
+  // Runs up to `n` queued operations, picking streams at random; returns how many ran.
+  int run_some(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int done = 0;
+    while (done < n && step_locked()) ++done;
+    return done;
+  }
+  void run_all() {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (step_locked()) {
+    }
+    for (const auto& [s, q] : queues_) {
+      if (!q.empty()) error("a stream is stuck on a wait that never completes");
+    }
+  }
+  size_t queued() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [s, q] : queues_) n += q.size();
+    return n;
+  }
+  uint64_t mapped_granules() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return mapped_.size();
+  }
+  uint64_t peak_mapped_granules() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_mapped_;
+  }
+  // The first errors, for a failure message.
+  std::string first_errors() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (size_t i = 0; i < std::min<size_t>(errors.size(), 5); ++i) out += errors[i] + "; ";
+    return out + std::to_string(errors.size()) + " errors";
+  }
+  std::vector<std::string> errors_copy() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return errors;
+  }
+
+  std::vector<std::string> errors;
+  uint64_t host_waits = 0;
+  uint64_t stream_waits = 0;
+
+  static std::vector<uint8_t> pattern(uint64_t bytes, uint32_t seed) {
+    std::vector<uint8_t> v(bytes);
+    uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
+    for (uint64_t i = 0; i < bytes; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      v[i] = static_cast<uint8_t>(x);
+    }
+    return v;
+  }
+
+ private:
+  static constexpr uintptr_t kTransfer = 0xF0F0;
+  struct Op {
+    enum Kind { kWrite, kCheck, kToHost, kToDevice, kRecord, kWait } kind;
+    uint64_t va = 0;
+    uint64_t bytes = 0;
+    uint8_t* host = nullptr;
+    uintptr_t event = 0;
+    uint64_t generation = 0;
+    uint32_t seed = 0;
+    bool touches(uint64_t granule_va, uint64_t g) const {
+      if (kind == kRecord || kind == kWait || bytes == 0) return false;
+      return va < granule_va + g && granule_va < va + bytes;
+    }
+  };
+  struct EventRec {
+    uint64_t generation = 0;       // of the latest record
+    uint64_t done_generation = 0;  // latest record that has run
+  };
+
+  static uintptr_t id(memory::Event e) { return reinterpret_cast<uintptr_t>(e); }
+  void error(const std::string& what) { errors.push_back(what); }
+  void push(memory::Stream s, Op op) { queues_[s].push_back(op); }
+
+  // Runs one operation from a random stream whose head can run. false when none can.
+  bool step_locked() {
+    std::vector<memory::Stream> ready;
+    for (const auto& [s, q] : queues_) {
+      if (q.empty()) continue;
+      const Op& head = q.front();
+      if (head.kind == Op::kWait && events_.at(head.event).done_generation < head.generation) continue;
+      ready.push_back(s);
+    }
+    if (ready.empty()) return false;
+    const memory::Stream s = ready[rng_() % ready.size()];
+    const Op op = queues_[s].front();
+    queues_[s].pop_front();
+    execute(op);
+    return true;
+  }
+
+  void execute(const Op& op) {
+    switch (op.kind) {
+      case Op::kRecord: {
+        EventRec& rec = events_.at(op.event);
+        rec.done_generation = std::max(rec.done_generation, op.generation);
+        return;
+      }
+      case Op::kWait:
+        return;
+      case Op::kWrite: {
+        const std::vector<uint8_t> p = pattern(op.bytes, op.seed);
+        copy(const_cast<uint8_t*>(p.data()), op.va, op.bytes, false, "kernel write");
+        return;
+      }
+      case Op::kCheck: {
+        std::vector<uint8_t> got(op.bytes);
+        if (copy(got.data(), op.va, op.bytes, true, "kernel read") && got != pattern(op.bytes, op.seed))
+          error("a kernel read bytes other than the last ones written at " + std::to_string(op.va - kBase));
+        return;
+      }
+      case Op::kToHost:
+        copy(op.host, op.va, op.bytes, true, "copy to host");
+        return;
+      case Op::kToDevice:
+        copy(op.host, op.va, op.bytes, false, "copy to device");
+        return;
+    }
+  }
+
+  bool copy(uint8_t* host, uint64_t va, uint64_t bytes, bool to_host, const char* what) {
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t at = va + done;
+      const uint64_t granule = (at - kBase) / g_ * g_ + kBase;
+      const auto it = mapped_.find(granule);
+      if (it == mapped_.end()) {
+        error(std::string(what) + " of unmapped memory");
+        return false;
+      }
+      const uint64_t n = std::min(bytes - done, granule + g_ - at);
+      std::vector<uint8_t>& chunk = chunks_[it->second];
+      if (chunk.empty()) chunk.assign(g_, 0xEE);
+      uint8_t* dev = chunk.data() + (at - granule);
+      if (to_host)
+        std::memcpy(host + done, dev, n);
+      else
+        std::memcpy(dev, host + done, n);
+      done += n;
+    }
+    return true;
+  }
+
+  const uint64_t g_;
+  const uint64_t limit_;
+  mutable std::mutex mu_;
+  std::mt19937 rng_;
+  Handle next_chunk_ = 1;
+  std::map<Handle, std::vector<uint8_t>> chunks_;
+  std::map<uint64_t, Handle> mapped_;
+  uint64_t peak_mapped_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>> host_;
+  uintptr_t next_event_ = 1;
+  std::map<uintptr_t, EventRec> events_;
+  std::map<memory::Stream, std::deque<Op>> queues_;
+};
+
+}  // namespace vcudnn::test
