@@ -5,6 +5,7 @@
 
 #include <cudnn.h>
 
+#include "runtime/barrier.h"
 #include "runtime/conv_call.h"
 #include "runtime/engine.h"
 #include "runtime/hook_scope.h"
@@ -63,28 +64,49 @@ inline AlgoQuery find_ex_query(ConvKind kind, cudnnHandle_t h, ConvDescs d, cons
   return q;
 }
 
+// The engine's handling of a call, behind the exception barrier (Note [Exception barrier]): if
+// vcudnn throws before the real call, the real call is made unchanged; after it, its status is
+// returned; while it was under way (micro-batches), cuDNN's internal-error status.
+template <typename Real, typename Handle>
+cudnnStatus_t guarded(HookScope& scope, const char* where, Real&& real_call, Handle&& handle) {
+  return barrier(
+      where, handle,
+      [&] {
+        switch (scope.real_state()) {
+          case HookScope::RealState::kNotMade:
+            return real_call();
+          case HookScope::RealState::kDone:
+            return static_cast<cudnnStatus_t>(scope.real_status());
+          case HookScope::RealState::kRunning:
+            break;
+        }
+        return CUDNN_STATUS_INTERNAL_ERROR;
+      },
+      CUDNN_STATUS_INTERNAL_ERROR);
+}
+
 inline cudnnStatus_t run(HookId id, bool wrapped, const ConvCall& c) {
   HookScope scope(id, wrapped);
   if (scope.nested()) return call_real(c);
-  return Engine::get().convolution(scope, c);
+  return guarded(scope, "a cuDNN convolution", [&] { return call_real(c); }, [&] { return Engine::get().convolution(scope, c); });
 }
 
 inline cudnnStatus_t run(HookId id, bool wrapped, const AlgoQuery& q) {
   HookScope scope(id, wrapped);
   if (scope.nested()) return call_real(q);
-  return Engine::get().algo_query(scope, q);
+  return guarded(scope, "a cuDNN algorithm query", [&] { return call_real(q); }, [&] { return Engine::get().algo_query(scope, q); });
 }
 
 inline cudnnStatus_t run(HookId id, bool wrapped, const WorkspaceQuery& q) {
   HookScope scope(id, wrapped);
   if (scope.nested()) return call_real(q);
-  return Engine::get().workspace_size(scope, q);
+  return guarded(scope, "a cuDNN workspace query", [&] { return call_real(q); }, [&] { return Engine::get().workspace_size(scope, q); });
 }
 
 inline cudnnStatus_t run(HookId id, bool wrapped, const MaxCountQuery& q) {
   HookScope scope(id, wrapped);
   if (scope.nested()) return call_real(q);
-  return Engine::get().max_count(scope, q);
+  return guarded(scope, "cudnnGet*AlgorithmMaxCount", [&] { return call_real(q); }, [&] { return Engine::get().max_count(scope, q); });
 }
 
 }  // namespace vcudnn::interpose

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/barrier.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/memory_access.h"
 #include "runtime/real_api.h"
@@ -67,13 +68,14 @@ Fn resolve(const char* name) {
 
 // Reports the accesses, then makes the real call. touch() false: the memory could not be brought
 // back; the API's out-of-memory status is returned and the real call is not made.
+// An exception inside touch() counts as "could not bring the memory back" (Note [Exception barrier]).
 template <typename Fn, typename Touch, typename... Args>
-ResultOf<Fn> forward(Fn real, const char* /*api*/, Touch&& touch, Args... args) {
+ResultOf<Fn> forward(Fn real, const char* api, Touch&& touch, Args... args) {
   using A = Api<ResultOf<Fn>>;
   if (!real) return A::kMissing;
   if (!memory::active()) return real(args...);
   memory::CallScope scope;  // the touched buffers stay put until the work is queued
-  if (!touch()) return A::kOutOfMemory;
+  if (!vcudnn::barrier(api, touch, [] { return false; }, false)) return A::kOutOfMemory;
   return real(args...);
 }
 
@@ -83,12 +85,18 @@ ResultOf<Fn> forward_foreign(Fn real, const char* api, Bytes&& bytes, Args... ar
   using A = Api<ResultOf<Fn>>;
   if (!real) return A::kMissing;
   const ResultOf<Fn> status = real(args...);
-  if (status == A::kSuccess && memory::active()) memory::count_foreign_allocation(api, bytes());
+  if (status == A::kSuccess && memory::active()) {
+    vcudnn::barrier(
+        api,
+        [&] {
+          memory::count_foreign_allocation(api, bytes());
+          return 0;
+        },
+        [] { return 0; }, 0);
+  }
   return status;
 }
 
-// Synchronous calls: the host waits on any restore before the call is made.
-constexpr StreamRef kSync = std::nullopt;
 
 StreamRef stream_ref(cudaStream_t stream, bool per_thread) {
   return per_thread && stream == nullptr ? cudaStreamPerThread : stream;
@@ -240,6 +248,7 @@ uint64_t array_bytes(const cudaChannelFormatDesc* desc, size_t width, size_t hei
     static_assert(std::is_same_v<decltype(&name), decltype(&::proto)>, #name " must be declared as " #proto); \
     static const auto real = resolve<decltype(&::proto)>(#name);                                              \
     [[maybe_unused]] constexpr const char* api = #name;                                                       \
+    /* a synchronous call runs on its default stream: on(nullptr) */                                        \
     [[maybe_unused]] const auto on = [](cudaStream_t s) { return stream_ref(s, per_thread); };                \
     return helper(                                                                                            \
         real, api, [&] { return __VA_ARGS__; }, VCUDNN_UNPAREN call_args);                                    \
@@ -299,46 +308,46 @@ VCUDNN_HOOK_PT(cuLaunchCooperativeKernel, _ptsz,
 // ---- copies: runtime --------------------------------------------------------------------------
 
 VCUDNN_HOOK_PT(cudaMemcpy, _ptds, (void* dst, const void* src, size_t count, cudaMemcpyKind kind),
-               (dst, src, count, kind), touch_copy(dst, src, kSync, api))
+               (dst, src, count, kind), touch_copy(dst, src, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpyAsync, _ptsz,
                (void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream),
                (dst, src, count, kind, stream), touch_copy(dst, src, on(stream), api))
 VCUDNN_HOOK_PT(cudaMemcpy2D, _ptds,
                (void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                 cudaMemcpyKind kind),
-               (dst, dpitch, src, spitch, width, height, kind), touch_copy(dst, src, kSync, api))
+               (dst, dpitch, src, spitch, width, height, kind), touch_copy(dst, src, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpy2DAsync, _ptsz,
                (void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                 cudaMemcpyKind kind, cudaStream_t stream),
                (dst, dpitch, src, spitch, width, height, kind, stream), touch_copy(dst, src, on(stream), api))
-VCUDNN_HOOK_PT(cudaMemcpy3D, _ptds, (const cudaMemcpy3DParms* p), (p), touch_3d(p, kSync, api))
+VCUDNN_HOOK_PT(cudaMemcpy3D, _ptds, (const cudaMemcpy3DParms* p), (p), touch_3d(p, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpy3DAsync, _ptsz, (const cudaMemcpy3DParms* p, cudaStream_t stream), (p, stream),
                touch_3d(p, on(stream), api))
-VCUDNN_HOOK_PT(cudaMemcpy3DPeer, _ptds, (const cudaMemcpy3DPeerParms* p), (p), touch_3d(p, kSync, api))
+VCUDNN_HOOK_PT(cudaMemcpy3DPeer, _ptds, (const cudaMemcpy3DPeerParms* p), (p), touch_3d(p, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpy3DPeerAsync, _ptsz, (const cudaMemcpy3DPeerParms* p, cudaStream_t stream), (p, stream),
                touch_3d(p, on(stream), api))
 VCUDNN_HOOK(cudaMemcpyPeer, (void* dst, int dst_device, const void* src, int src_device, size_t count),
-            (dst, dst_device, src, src_device, count), touch_copy(dst, src, kSync, api))
+            (dst, dst_device, src, src_device, count), touch_copy(dst, src, on(nullptr), api))
 VCUDNN_HOOK(cudaMemcpyPeerAsync,
             (void* dst, int dst_device, const void* src, int src_device, size_t count, cudaStream_t stream),
             (dst, dst_device, src, src_device, count, stream), touch_copy(dst, src, on(stream), api))
 VCUDNN_HOOK_PT(cudaMemcpyToSymbol, _ptds,
                (const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind kind),
-               (symbol, src, count, offset, kind), touch_read(src, kSync, api))
+               (symbol, src, count, offset, kind), touch_read(src, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpyToSymbolAsync, _ptsz,
                (const void* symbol, const void* src, size_t count, size_t offset, cudaMemcpyKind kind,
                 cudaStream_t stream),
                (symbol, src, count, offset, kind, stream), touch_read(src, on(stream), api))
 VCUDNN_HOOK_PT(cudaMemcpyFromSymbol, _ptds,
                (void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind kind),
-               (dst, symbol, count, offset, kind), touch_write(dst, kSync, api))
+               (dst, symbol, count, offset, kind), touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpyFromSymbolAsync, _ptsz,
                (void* dst, const void* symbol, size_t count, size_t offset, cudaMemcpyKind kind, cudaStream_t stream),
                (dst, symbol, count, offset, kind, stream), touch_write(dst, on(stream), api))
 VCUDNN_HOOK_PT(cudaMemcpy2DToArray, _ptds,
                (cudaArray_t dst, size_t w_offset, size_t h_offset, const void* src, size_t spitch, size_t width,
                 size_t height, cudaMemcpyKind kind),
-               (dst, w_offset, h_offset, src, spitch, width, height, kind), touch_read(src, kSync, api))
+               (dst, w_offset, h_offset, src, spitch, width, height, kind), touch_read(src, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpy2DToArrayAsync, _ptsz,
                (cudaArray_t dst, size_t w_offset, size_t h_offset, const void* src, size_t spitch, size_t width,
                 size_t height, cudaMemcpyKind kind, cudaStream_t stream),
@@ -346,7 +355,7 @@ VCUDNN_HOOK_PT(cudaMemcpy2DToArrayAsync, _ptsz,
 VCUDNN_HOOK_PT(cudaMemcpy2DFromArray, _ptds,
                (void* dst, size_t dpitch, cudaArray_const_t src, size_t w_offset, size_t h_offset, size_t width,
                 size_t height, cudaMemcpyKind kind),
-               (dst, dpitch, src, w_offset, h_offset, width, height, kind), touch_write(dst, kSync, api))
+               (dst, dpitch, src, w_offset, h_offset, width, height, kind), touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemcpy2DFromArrayAsync, _ptsz,
                (void* dst, size_t dpitch, cudaArray_const_t src, size_t w_offset, size_t h_offset, size_t width,
                 size_t height, cudaMemcpyKind kind, cudaStream_t stream),
@@ -364,27 +373,27 @@ VCUDNN_HOOK_PT(cudaMemcpy3DBatchAsync, _ptsz,
 // ---- sets: runtime ----------------------------------------------------------------------------
 
 VCUDNN_HOOK_PT(cudaMemset, _ptds, (void* dst, int value, size_t count), (dst, value, count),
-               touch_write(dst, kSync, api))
+               touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemsetAsync, _ptsz, (void* dst, int value, size_t count, cudaStream_t stream),
                (dst, value, count, stream), touch_write(dst, on(stream), api))
 VCUDNN_HOOK_PT(cudaMemset2D, _ptds, (void* dst, size_t pitch, int value, size_t width, size_t height),
-               (dst, pitch, value, width, height), touch_write(dst, kSync, api))
+               (dst, pitch, value, width, height), touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemset2DAsync, _ptsz,
                (void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream),
                (dst, pitch, value, width, height, stream), touch_write(dst, on(stream), api))
 VCUDNN_HOOK_PT(cudaMemset3D, _ptds, (cudaPitchedPtr dst, int value, cudaExtent extent), (dst, value, extent),
-               touch_write(dst.ptr, kSync, api))
+               touch_write(dst.ptr, on(nullptr), api))
 VCUDNN_HOOK_PT(cudaMemset3DAsync, _ptsz, (cudaPitchedPtr dst, int value, cudaExtent extent, cudaStream_t stream),
                (dst, value, extent, stream), touch_write(dst.ptr, on(stream), api))
 
 // ---- copies and sets: driver ------------------------------------------------------------------
 
 VCUDNN_HOOK_PT(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr dst, const void* src, size_t bytes), (dst, src, bytes),
-               touch_write(dst, kSync, api))
+               touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cuMemcpyDtoH_v2, _ptds, (void* dst, CUdeviceptr src, size_t bytes), (dst, src, bytes),
-               touch_read(src, kSync, api))
+               touch_read(src, on(nullptr), api))
 VCUDNN_HOOK_PT(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes),
-               touch_copy(dst, src, kSync, api))
+               touch_copy(dst, src, on(nullptr), api))
 VCUDNN_HOOK_PT(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void* src, size_t bytes, CUstream stream),
                (dst, src, bytes, stream), touch_write(dst, on(stream), api))
 VCUDNN_HOOK_PT(cuMemcpyDtoHAsync_v2, _ptsz, (void* dst, CUdeviceptr src, size_t bytes, CUstream stream),
@@ -392,9 +401,9 @@ VCUDNN_HOOK_PT(cuMemcpyDtoHAsync_v2, _ptsz, (void* dst, CUdeviceptr src, size_t 
 VCUDNN_HOOK_PT(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream),
                (dst, src, bytes, stream), touch_copy(dst, src, on(stream), api))
 VCUDNN_HOOK_PT(cuMemsetD8_v2, _ptds, (CUdeviceptr dst, unsigned char value, size_t count), (dst, value, count),
-               touch_write(dst, kSync, api))
+               touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cuMemsetD32_v2, _ptds, (CUdeviceptr dst, unsigned int value, size_t count), (dst, value, count),
-               touch_write(dst, kSync, api))
+               touch_write(dst, on(nullptr), api))
 VCUDNN_HOOK_PT(cuMemsetD8Async, _ptsz, (CUdeviceptr dst, unsigned char value, size_t count, CUstream stream),
                (dst, value, count, stream), touch_write(dst, on(stream), api))
 VCUDNN_HOOK_PT(cuMemsetD32Async, _ptsz, (CUdeviceptr dst, unsigned int value, size_t count, CUstream stream),

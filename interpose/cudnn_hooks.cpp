@@ -26,25 +26,33 @@ extern "C" {
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   HookScope scope(HookId::create);
   if (scope.nested()) return forward_nested(real().cudnnCreate, "cudnnCreate", handle);
-  return Engine::get().create(scope, handle);
+  return guarded(
+      scope, "cudnnCreate", [&] { return forward_nested(real().cudnnCreate, "cudnnCreate", handle); },
+      [&] { return Engine::get().create(scope, handle); });
 }
 
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
   HookScope scope(HookId::destroy);
   if (scope.nested()) return forward_nested(real().cudnnDestroy, "cudnnDestroy", handle);
-  return Engine::get().destroy(scope, handle);
+  return guarded(
+      scope, "cudnnDestroy", [&] { return forward_nested(real().cudnnDestroy, "cudnnDestroy", handle); },
+      [&] { return Engine::get().destroy(scope, handle); });
 }
 
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
   HookScope scope(HookId::set_stream);
   if (scope.nested()) return forward_nested(real().cudnnSetStream, "cudnnSetStream", handle, stream);
-  return Engine::get().set_stream(scope, handle, stream);
+  return guarded(
+      scope, "cudnnSetStream", [&] { return forward_nested(real().cudnnSetStream, "cudnnSetStream", handle, stream); },
+      [&] { return Engine::get().set_stream(scope, handle, stream); });
 }
 
 cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
   HookScope scope(HookId::get_stream);
   if (scope.nested()) return forward_nested(real().cudnnGetStream, "cudnnGetStream", handle, stream);
-  return Engine::get().get_stream(scope, handle, stream);
+  return guarded(
+      scope, "cudnnGetStream", [&] { return forward_nested(real().cudnnGetStream, "cudnnGetStream", handle, stream); },
+      [&] { return Engine::get().get_stream(scope, handle, stream); });
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xDesc,

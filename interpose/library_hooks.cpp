@@ -30,19 +30,28 @@ constexpr auto kNoReport = [](const char*) { return true; };
 // memory::remember takes a descriptor's pointers all at once, so they are kept together here.
 class HeldPointers {
  public:
-  void set(const void* owner, int64_t attribute, std::vector<uint64_t> words) {
-    std::lock_guard lock(mu_);
-    auto& attributes = held_[owner];
-    attributes[attribute] = std::move(words);
-    std::vector<uint64_t> all;
-    for (const auto& [_, w] : attributes) all.insert(all.end(), w.begin(), w.end());
-    memory::remember(owner, all.data(), all.size());
+  // Both run after the real call succeeded: an exception is logged (Note [Exception barrier]).
+  void set(const void* owner, int64_t attribute, std::vector<uint64_t> words) noexcept {
+    try {
+      std::lock_guard lock(mu_);
+      auto& attributes = held_[owner];
+      attributes[attribute] = std::move(words);
+      std::vector<uint64_t> all;
+      for (const auto& [_, w] : attributes) all.insert(all.end(), w.begin(), w.end());
+      memory::remember(owner, all.data(), all.size());
+    } catch (...) {
+      note_exception("the pointers of a cuDNN descriptor");
+    }
   }
 
-  void drop(const void* owner) {
-    std::lock_guard lock(mu_);
-    held_.erase(owner);
-    memory::forget(owner);
+  void drop(const void* owner) noexcept {
+    try {
+      std::lock_guard lock(mu_);
+      held_.erase(owner);
+      memory::forget(owner);
+    } catch (...) {
+      note_exception("the pointers of a cuDNN descriptor");
+    }
   }
 
  private:
@@ -66,10 +75,10 @@ std::vector<uint64_t> pointer_words(const void* array, int64_t count) {
 
 // Dropout states are written by cudnnSetDropoutDescriptor and used by every later dropout and RNN
 // call through the descriptor: pinned, and this call's access reported.
-bool pin_and_touch(void* states, const char* api) {
+bool pin_and_touch(void* states, cudnnHandle_t handle, const char* api) {
   const uint64_t word = tracked_word(states);
   memory::pin(&word, 1, api);
-  return memory::touch(&word, 1, memory::Access::kUnknown, std::nullopt, api);
+  return memory::touch(&word, 1, memory::Access::kUnknown, stream_in(handle), api);
 }
 
 // A cuDNN graph replays the variant pack's pointers without vcudnn seeing it.
@@ -90,8 +99,13 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudn
                                        const void* arrayOfElements) {
   const cudnnStatus_t status = Tracked<&::cudnnBackendSetAttribute>::call(
       Library::kCudnn, __func__, kNoReport, descriptor, attributeName, attributeType, elementCount, arrayOfElements);
-  if (status == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_VOID_PTR && memory::active())
-    held().set(descriptor, attributeName, pointer_words(arrayOfElements, elementCount));
+  if (status == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_VOID_PTR && memory::active()) {
+    try {
+      held().set(descriptor, attributeName, pointer_words(arrayOfElements, elementCount));
+    } catch (...) {
+      note_exception(__func__);
+    }
+  }
   return status;
 }
 
@@ -99,7 +113,8 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                                   cudnnBackendDescriptor_t variantPack) {
   return Tracked<&::cudnnBackendExecute>::call(
       Library::kCudnn, __func__,
-      [&](const char* api) { return memory::touch_remembered(variantPack, std::nullopt, api); }, handle, executionPlan,
+      [&](const char* api) { return memory::touch_remembered(variantPack, stream_in(handle), api); }, handle,
+      executionPlan,
       variantPack);
 }
 
@@ -129,15 +144,21 @@ cudnnStatus_t cudnnSetFusedOpsVariantParamPackAttribute(cudnnFusedOpsVariantPara
   const cudnnStatus_t status = Tracked<&::cudnnSetFusedOpsVariantParamPackAttribute>::call(
       Library::kCudnn, __func__, kNoReport, varPack, paramLabel, ptr);
   // Labels below the scalars are device pointers; the scalars point at host values.
-  if (status == CUDNN_STATUS_SUCCESS && paramLabel < CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES && memory::active())
-    held().set(varPack, paramLabel, {tracked_word(ptr)});
+  if (status == CUDNN_STATUS_SUCCESS && paramLabel < CUDNN_SCALAR_SIZE_T_WORKSPACE_SIZE_IN_BYTES && memory::active()) {
+    try {
+      held().set(varPack, paramLabel, {tracked_word(ptr)});
+    } catch (...) {
+      note_exception(__func__);
+    }
+  }
   return status;
 }
 
 cudnnStatus_t cudnnFusedOpsExecute(cudnnHandle_t handle, const cudnnFusedOpsPlan_t plan,
                                    cudnnFusedOpsVariantParamPack_t varPack) {
   return Tracked<&::cudnnFusedOpsExecute>::call(
-      Library::kCudnn, __func__, [&](const char* api) { return memory::touch_remembered(varPack, std::nullopt, api); },
+      Library::kCudnn, __func__,
+      [&](const char* api) { return memory::touch_remembered(varPack, stream_in(handle), api); },
       handle, plan, varPack);
 }
 
@@ -151,14 +172,14 @@ cudnnStatus_t cudnnDestroyFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack
 cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
                                         void* states, size_t stateSizeInBytes, unsigned long long seed) {
   return Tracked<&::cudnnSetDropoutDescriptor>::call(
-      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, api); }, dropoutDesc, handle,
+      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, handle, api); }, dropoutDesc, handle,
       dropout, states, stateSizeInBytes, seed);
 }
 
 cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
                                             void* states, size_t stateSizeInBytes, unsigned long long seed) {
   return Tracked<&::cudnnRestoreDropoutDescriptor>::call(
-      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, api); }, dropoutDesc, handle,
+      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, handle, api); }, dropoutDesc, handle,
       dropout, states, stateSizeInBytes, seed);
 }
 

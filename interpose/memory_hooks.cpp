@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/barrier.h"
 #include "runtime/memory_manager.h"
 #include "runtime/real_api.h"
 
@@ -53,11 +54,37 @@ MemoryManager* serving() {
 
 cudaError_t unresolved() { return cudaErrorSharedObjectSymbolNotFound; }
 
+// An exception inside vcudnn is an allocation failure (Note [Exception barrier]).
 cudaError_t serve(MemoryManager* m, void** ptr, size_t size, StreamRef stream, void* caller) {
-  const std::optional<uint64_t> a = m->allocate(size, stream, origin_of(caller));
-  if (!a) return cudaErrorMemoryAllocation;
-  *ptr = reinterpret_cast<void*>(*a);
-  return cudaSuccess;
+  return barrier(
+      "an allocation",
+      [&] {
+        const std::optional<uint64_t> a = m->allocate(size, stream, origin_of(caller));
+        if (!a) return cudaErrorMemoryAllocation;
+        *ptr = reinterpret_cast<void*>(*a);
+        return cudaSuccess;
+      },
+      [] { return cudaErrorMemoryAllocation; }, cudaErrorMemoryAllocation);
+}
+
+// true when vcudnn served `ptr` and freed it now; *status is then the answer (an exception inside
+// vcudnn: cudaErrorUnknown, the buffer stays vcudnn's).
+bool release(void* ptr, StreamRef stream, cudaError_t* status) {
+  MemoryManager* m = manager();
+  if (!m) return false;
+  bool freed = false;
+  *status = barrier(
+      "a free",
+      [&] {
+        freed = m->free(reinterpret_cast<uint64_t>(ptr), stream);
+        return cudaSuccess;
+      },
+      [&] {
+        freed = true;
+        return cudaErrorUnknown;
+      },
+      cudaErrorUnknown);
+  return freed;
 }
 
 }  // namespace
@@ -74,10 +101,8 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 
 cudaError_t cudaFree(void* devPtr) {
   // cudaFree(nullptr) initialises the context: always the real one.
-  if (devPtr) {
-    if (MemoryManager* m = manager(); m && m->free(reinterpret_cast<uint64_t>(devPtr), std::nullopt))
-      return cudaSuccess;
-  }
+  cudaError_t status = cudaSuccess;
+  if (devPtr && release(devPtr, std::nullopt, &status)) return status;
   const auto real = real_cudart().cudaFree;
   return real ? real(devPtr) : unresolved();
 }
@@ -98,9 +123,8 @@ cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
 }
 
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
-  if (devPtr) {
-    if (MemoryManager* m = manager(); m && m->free(reinterpret_cast<uint64_t>(devPtr), stream)) return cudaSuccess;
-  }
+  cudaError_t status = cudaSuccess;
+  if (devPtr && release(devPtr, stream, &status)) return status;
   const auto real = real_cudart().cudaFreeAsync;
   return real ? real(devPtr, stream) : unresolved();
 }

@@ -12,8 +12,13 @@
 #include <optional>
 #include <type_traits>
 
+#include "runtime/barrier.h"
 #include "runtime/memory_access.h"
 #include "runtime/real_api.h"
+
+namespace vcudnn::interpose {
+using memory::StreamRef;
+}
 
 namespace vcudnn::interpose {
 
@@ -68,6 +73,37 @@ uint64_t tracked_word(T value) {
   }
 }
 
+// The stream a library call runs on, so that a buffer it needs back is restored in that stream's
+// order (no host wait) and the buffer remembers the stream: a cudaStream_t argument (cuBLASLt's
+// matmul), else the stream set in the cuDNN or cuBLAS handle; nullopt when there is neither.
+inline StreamRef stream_in(cudnnHandle_t handle) {
+  cudaStream_t s = nullptr;
+  const auto get = real().cudnnGetStream;
+  return handle && get && get(handle, &s) == CUDNN_STATUS_SUCCESS ? StreamRef(s) : std::nullopt;
+}
+inline StreamRef stream_in(cublasHandle_t handle) {
+  using Get = cublasStatus_t (*)(cublasHandle_t, cudaStream_t*);
+  static const Get get = reinterpret_cast<Get>(real_symbol(Library::kCublas, "cublasGetStream_v2"));
+  cudaStream_t s = nullptr;
+  return handle && get && get(handle, &s) == CUBLAS_STATUS_SUCCESS ? StreamRef(s) : std::nullopt;
+}
+template <typename T>
+StreamRef stream_in(T) {
+  return std::nullopt;
+}
+
+template <typename First, typename... Rest>
+StreamRef stream_of(First first, Rest... rest) {
+  StreamRef explicit_stream;
+  const auto take = [&](auto arg) {
+    if constexpr (std::is_same_v<decltype(arg), cudaStream_t>) explicit_stream = arg;
+  };
+  take(first);
+  (take(rest), ...);
+  return explicit_stream ? explicit_stream : stream_in(first);
+}
+inline StreamRef stream_of() { return std::nullopt; }
+
 // Hook is the exported hook itself: its address keys the resolved real entry point, which is one
 // per function even where several functions share a signature.
 template <auto Hook, typename Fn = decltype(Hook)>
@@ -93,7 +129,9 @@ struct Tracked<Hook, Status (*)(Params...)> {
     if (!memory::active()) return fn(args...);
     memory::CallScope scope;  // the touched buffers stay put until the work is queued
     TrackedDepth guard;
-    if (!guard.nested() && !before(name)) return Codes::kOutOfMemory;
+    // An exception counts as "could not bring the memory back" (Note [Exception barrier]).
+    if (!guard.nested() && !barrier(name, [&] { return before(name); }, [] { return false; }, false))
+      return Codes::kOutOfMemory;
     return fn(args...);
   }
 
@@ -103,7 +141,7 @@ struct Tracked<Hook, Status (*)(Params...)> {
         lib, name,
         [&](const char* api) {
           const uint64_t words[] = {tracked_word(args)...};
-          return memory::touch(words, sizeof...(Params), memory::Access::kUnknown, std::nullopt, api);
+          return memory::touch(words, sizeof...(Params), memory::Access::kUnknown, stream_of(args...), api);
         },
         args...);
   }

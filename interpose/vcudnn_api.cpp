@@ -29,22 +29,37 @@ extern "C" {
 
 const char* vcudnnGetVersionString(void) { return VCUDNN_VERSION; }
 
-void vcudnnIterationBoundary(void) { Engine::get().iteration_boundary(); }
+void vcudnnIterationBoundary(void) {
+  barrier(
+      "vcudnnIterationBoundary",
+      [] {
+        Engine::get().iteration_boundary();
+        return 0;
+      },
+      [] { return 0; }, 0);
+}
 
 cudnnStatus_t vcudnnCreate(vcudnnHandle_t* handle) {
   if (!handle) return CUDNN_STATUS_BAD_PARAM;
-  auto ctx = std::make_unique<vcudnnContext>();
-  HookScope scope(HookId::create, /*wrapped=*/true);
-  cudnnStatus_t st = Engine::get().create(scope, &ctx->cudnn);
-  if (st == CUDNN_STATUS_SUCCESS) *handle = ctx.release();
-  return st;
+  return barrier(
+      "vcudnnCreate",
+      [&] {
+        auto ctx = std::make_unique<vcudnnContext>();
+        HookScope scope(HookId::create, /*wrapped=*/true);
+        cudnnStatus_t st = Engine::get().create(scope, &ctx->cudnn);
+        if (st == CUDNN_STATUS_SUCCESS) *handle = ctx.release();
+        return st;
+      },
+      [] { return CUDNN_STATUS_ALLOC_FAILED; }, CUDNN_STATUS_ALLOC_FAILED);
 }
 
 cudnnStatus_t vcudnnDestroy(vcudnnHandle_t handle) {
   if (!handle) return CUDNN_STATUS_BAD_PARAM;
   std::unique_ptr<vcudnnContext> ctx(handle);
   HookScope scope(HookId::destroy, true);
-  cudnnStatus_t st = Engine::get().destroy(scope, ctx->cudnn);
+  const cudnnStatus_t st = guarded(
+      scope, "vcudnnDestroy", [&] { return real().cudnnDestroy ? real().cudnnDestroy(ctx->cudnn) : unresolved("cudnnDestroy"); },
+      [&] { return Engine::get().destroy(scope, ctx->cudnn); });
   if (st != CUDNN_STATUS_SUCCESS) ctx.release();  // the handle is still alive: keep the wrapper
   return st;
 }
@@ -53,12 +68,18 @@ cudnnHandle_t vcudnnGetCudnnHandle(vcudnnHandle_t handle) { return unwrap(handle
 
 cudnnStatus_t vcudnnSetStream(vcudnnHandle_t handle, cudaStream_t stream) {
   HookScope scope(HookId::set_stream, true);
-  return Engine::get().set_stream(scope, unwrap(handle), stream);
+  return guarded(
+      scope, "vcudnnSetStream",
+      [&] { return real().cudnnSetStream ? real().cudnnSetStream(unwrap(handle), stream) : unresolved("cudnnSetStream"); },
+      [&] { return Engine::get().set_stream(scope, unwrap(handle), stream); });
 }
 
 cudnnStatus_t vcudnnGetStream(vcudnnHandle_t handle, cudaStream_t* stream) {
   HookScope scope(HookId::get_stream, true);
-  return Engine::get().get_stream(scope, unwrap(handle), stream);
+  return guarded(
+      scope, "vcudnnGetStream",
+      [&] { return real().cudnnGetStream ? real().cudnnGetStream(unwrap(handle), stream) : unresolved("cudnnGetStream"); },
+      [&] { return Engine::get().get_stream(scope, unwrap(handle), stream); });
 }
 
 cudnnStatus_t vcudnnConvolutionForward(vcudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xDesc,

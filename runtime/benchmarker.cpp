@@ -13,6 +13,7 @@
 #include "runtime/decode_conv.h"
 #include "runtime/log.h"
 #include "runtime/no_destroy.h"
+#include "runtime/own_memory.h"
 #include "runtime/real_api.h"
 
 namespace vcudnn {
@@ -48,23 +49,19 @@ Result<DeviceInfo> device_info() {
   return info;
 }
 
-// A device buffer of vcudnn's own for the duration of one benchmark (cudaMalloc / cudaFree: the
-// benchmark synchronizes anyway).
+// A device buffer of vcudnn's own for the duration of one benchmark (cudaMalloc / cudaFree
+// semantics; from the arena when the process's memory is owned: runtime/own_memory.h).
 class DeviceBuffer {
  public:
   bool allocate(uint64_t bytes) {
-    const RealCudart& rt = real_cudart();
     if (bytes == 0) return true;
-    if (!rt.cudaMalloc || rt.cudaMalloc(&ptr_, bytes) != cudaSuccess) {
-      if (rt.cudaGetLastError) rt.cudaGetLastError();
-      ptr_ = nullptr;
-      return false;
-    }
-    return true;
+    ptr_ = allocate_own(bytes, std::nullopt);
+    return ptr_ != nullptr;
   }
-  ~DeviceBuffer() {
-    if (ptr_ && real_cudart().cudaFree) real_cudart().cudaFree(ptr_);
-  }
+  ~DeviceBuffer() { free_own(ptr_, std::nullopt); }
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return ptr_; }
 
  private:

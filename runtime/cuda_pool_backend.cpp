@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/log.h"
+#include "runtime/own_memory.h"
 #include "runtime/real_api.h"
 
 namespace vcudnn {
@@ -20,18 +21,13 @@ bool check(cudaError_t e, const char* what) {
 
 }  // namespace
 
+// Workspaces come from vcudnn's own memory: the arena (within the device budget) when the
+// process's memory is owned, else cudaMallocAsync.
 void* CudaPoolBackend::allocate(uint64_t bytes, pool::StreamHandle stream) {
-  const RealCudart& rt = real_cudart();
-  if (!rt.cudaMallocAsync) return nullptr;
-  void* p = nullptr;
-  if (!check(rt.cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync")) return nullptr;
-  return p;
+  return allocate_own(bytes, static_cast<cudaStream_t>(stream));
 }
 
-void CudaPoolBackend::release(void* ptr, pool::StreamHandle stream) {
-  const RealCudart& rt = real_cudart();
-  if (rt.cudaFreeAsync) check(rt.cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)), "cudaFreeAsync");
-}
+void CudaPoolBackend::release(void* ptr, pool::StreamHandle stream) { free_own(ptr, static_cast<cudaStream_t>(stream)); }
 
 pool::EventHandle CudaPoolBackend::create_event() {
   const RealCudart& rt = real_cudart();

@@ -1,6 +1,7 @@
-// The workspace pool's CUDA backend: stream-ordered cudaMallocAsync / cudaFreeAsync, events
-// without timing, cudaStreamWaitEvent. Every call goes to the real CUDA runtime (real_api), and
-// a failure clears CUDA's sticky last error so the framework never sees vcudnn's failures.
+// The workspace pool's CUDA backend: memory from allocate_own (the arena when memory is owned,
+// else cudaMallocAsync), events without timing, cudaStreamWaitEvent. Every call goes to the real
+// CUDA runtime (real_api), and a failure clears CUDA's sticky last error so the framework never
+// sees vcudnn's failures.
 #pragma once
 
 #include "pool/workspace_pool.h"

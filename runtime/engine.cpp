@@ -1,4 +1,4 @@
-// The engine: policy per call, load line, exit summary.
+// The engine: the features per cuDNN call, the load line, its part of the exit line.
 #include "runtime/engine.h"
 
 #include <atomic>
@@ -7,17 +7,17 @@
 #include <initializer_list>
 #include <mutex>
 
+#include "runtime/barrier.h"
 #include "runtime/decode_conv.h"
 #include "runtime/log.h"
 #include "runtime/memory_access.h"
 #include "runtime/no_destroy.h"
+#include "runtime/process.h"
 #include "runtime/real_api.h"
 #include "runtime/stats.h"
 
 namespace vcudnn {
 namespace {
-
-void exit_handler();
 
 std::string version_text(int v) {
   // cuDNN 9 encodes major*10000 + minor*100 + patch.
@@ -38,20 +38,24 @@ void log_startup(const Options& o) {
 
 constexpr cudnnStatus_t kOutOfDeviceMemory = CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
 
-// Memory ownership: the convolution's buffers are brought back first if evicted (cuDNN's handle
-// holds the stream, so the restore completes before the call).
-bool touch_pointers(std::initializer_list<const void*> pointers) {
+// Memory ownership: the convolution's buffers are brought back first if evicted, in the order of
+// the stream set in the handle.
+bool touch_pointers(cudnnHandle_t handle, std::initializer_list<const void*> pointers) {
   if (!memory::active()) return true;
   uint64_t words[4] = {};
   size_t n = 0;
   for (const void* p : pointers) words[n++] = reinterpret_cast<uint64_t>(p);
-  return memory::touch(words, n, memory::Access::kUnknown, std::nullopt, "cuDNN convolution");
+  cudaStream_t stream = nullptr;
+  const bool known = real().cudnnGetStream && real().cudnnGetStream(handle, &stream) == CUDNN_STATUS_SUCCESS;
+  return memory::touch(words, n, memory::Access::kUnknown, known ? memory::StreamRef(stream) : std::nullopt,
+                       "cuDNN convolution");
 }
 
 }  // namespace
 
-Engine::Engine(const Options& o) : policy_(o.policy), recorder_(RecorderConfig{o.get(kTrace)}) {
-  if (policy_ == Policy::kMicrobatch) {
+Engine::Engine(const Options& o) : features_(features_of(o.policy)), recorder_(RecorderConfig{o.get(kTrace)}) {
+  log_startup(o);
+  if (features_.microbatch) {
     microbatcher_ = std::make_unique<MicroBatcher>(MicroBatchSettings::from(o));
     const MicroBatchSettings& s = microbatcher_->settings();
     VCUDNN_LOG_INFO("microbatch: workspace limit {} bytes per convolution{}, batch policy {}, cache {}{}", s.limit,
@@ -61,31 +65,12 @@ Engine::Engine(const Options& o) : policy_(o.policy), recorder_(RecorderConfig{o
   }
 }
 
-namespace {
-// Registered with atexit() when the engine starts, so it runs before the handlers that CUDA and
-// the framework registered earlier (atexit runs in reverse order) and CUDA is still usable for
-// the last non-blocking event queries. Everything it touches is NoDestroy.
-void exit_handler() {
-  try {
-    Engine::get().at_exit();
-  } catch (...) {
-  }
-}
-}  // namespace
-
-Engine& Engine::get() {
-  static NoDestroy<Engine> engine([] {
-    const Options& o = options();
-    log_startup(o);
-    std::atexit(exit_handler);
-    return o;
-  }());
-  return engine.get();
-}
+Engine& Engine::get() { return Process::get().engine(); }
 
 cudnnStatus_t Engine::convolution(HookScope& scope, const ConvCall& call) {
+  test_fault("engine");
   memory::CallScope memory_scope;  // until the real call has queued its work
-  if (!touch_pointers({call.x, call.w, call.y, call.workspace})) return kOutOfDeviceMemory;
+  if (!touch_pointers(call.handle, {call.x, call.w, call.y, call.workspace})) return kOutOfDeviceMemory;
   const auto run = [&] { return microbatcher_ ? microbatcher_->convolution(call) : call_real(call); };
   if (!recording()) {
     recorder_.poll();
@@ -108,8 +93,10 @@ std::shared_ptr<const KernelPlan> Engine::plan_of(const ConvDescs& desc, ConvKin
 }
 
 cudnnStatus_t Engine::algo_query(HookScope& scope, const AlgoQuery& q) {
+  test_fault("engine");
   memory::CallScope memory_scope;
-  if (q.variant == QueryVariant::kFindEx && !touch_pointers({q.x, q.w, q.y, q.workspace})) return kOutOfDeviceMemory;
+  if (q.variant == QueryVariant::kFindEx && !touch_pointers(q.handle, {q.x, q.w, q.y, q.workspace}))
+    return kOutOfDeviceMemory;
   const uint64_t t = monotonic_ns();
   cudnnStatus_t st = scope.real([&] { return microbatcher_ ? microbatcher_->algo_query(q) : call_real(q); });
   if (recording()) recorder_.record_query(q, st, t);
@@ -117,6 +104,7 @@ cudnnStatus_t Engine::algo_query(HookScope& scope, const AlgoQuery& q) {
 }
 
 cudnnStatus_t Engine::workspace_size(HookScope& scope, const WorkspaceQuery& q) {
+  test_fault("engine");
   const uint64_t t = monotonic_ns();
   cudnnStatus_t st = scope.real([&] { return microbatcher_ ? microbatcher_->workspace_size(q) : call_real(q); });
   if (recording()) recorder_.record_workspace(q, st, t);
@@ -124,6 +112,7 @@ cudnnStatus_t Engine::workspace_size(HookScope& scope, const WorkspaceQuery& q) 
 }
 
 cudnnStatus_t Engine::max_count(HookScope& scope, const MaxCountQuery& q) {
+  test_fault("engine");
   const uint64_t t = monotonic_ns();
   cudnnStatus_t st = scope.real([&] { return call_real(q); });
   if (recording()) recorder_.record_max_count(q, st, t);
@@ -131,6 +120,7 @@ cudnnStatus_t Engine::max_count(HookScope& scope, const MaxCountQuery& q) {
 }
 
 cudnnStatus_t Engine::create(HookScope& scope, cudnnHandle_t* handle) {
+  test_fault("engine");
   const uint64_t t = monotonic_ns();
   if (!real().cudnnCreate) return unresolved("cudnnCreate");
   cudnnStatus_t st = scope.real([&] { return real().cudnnCreate(handle); });
@@ -141,6 +131,7 @@ cudnnStatus_t Engine::create(HookScope& scope, cudnnHandle_t* handle) {
 }
 
 cudnnStatus_t Engine::destroy(HookScope& scope, cudnnHandle_t handle) {
+  test_fault("engine");
   const uint64_t t = monotonic_ns();
   if (!real().cudnnDestroy) return unresolved("cudnnDestroy");
   cudnnStatus_t st = scope.real([&] { return real().cudnnDestroy(handle); });
@@ -149,6 +140,7 @@ cudnnStatus_t Engine::destroy(HookScope& scope, cudnnHandle_t handle) {
 }
 
 cudnnStatus_t Engine::set_stream(HookScope& scope, cudnnHandle_t handle, cudaStream_t stream) {
+  test_fault("engine");
   const uint64_t t = monotonic_ns();
   if (!real().cudnnSetStream) return unresolved("cudnnSetStream");
   cudnnStatus_t st = scope.real([&] { return real().cudnnSetStream(handle, stream); });
@@ -160,6 +152,7 @@ cudnnStatus_t Engine::set_stream(HookScope& scope, cudnnHandle_t handle, cudaStr
 }
 
 cudnnStatus_t Engine::get_stream(HookScope& scope, cudnnHandle_t handle, cudaStream_t* stream) {
+  test_fault("engine");
   const uint64_t t = monotonic_ns();
   if (!real().cudnnGetStream) return unresolved("cudnnGetStream");
   cudnnStatus_t st = scope.real([&] { return real().cudnnGetStream(handle, stream); });
@@ -170,29 +163,27 @@ cudnnStatus_t Engine::get_stream(HookScope& scope, cudnnHandle_t handle, cudaStr
 }
 
 void Engine::iteration_boundary() {
-  if (policy_ != Policy::kPassthrough) recorder_.explicit_boundary();
+  if (features_.record) recorder_.explicit_boundary();
 }
 
 std::string Engine::summary() const {
   const Stats& s = stats();
   const uint64_t calls = s.total_calls();
   const double self_ms = s.self_ns.load() / 1e6;
-  std::string line = "exit: " + std::to_string(calls) + " calls (" + s.calls_text() + ")";
+  std::string line = std::to_string(calls) + " calls (" + s.calls_text() + ")";
   if (s.wrapped_calls.load()) line += ", " + std::to_string(s.wrapped_calls.load()) + " through vcudnnHandle_t";
   if (s.nested_calls.load()) line += ", " + std::to_string(s.nested_calls.load()) + " nested inside cuDNN";
   char buf[96];
   std::snprintf(buf, sizeof buf, "; %.3f ms inside vcudnn (%.2f us/call)", self_ms,
                 calls ? self_ms * 1e3 / static_cast<double>(calls) : 0.0);
   line += buf;
-  if (policy_ != Policy::kPassthrough) line += "; recorder: " + recorder_.outcome();
+  if (features_.record) line += "; recorder: " + recorder_.outcome();
   if (microbatcher_) line += "; microbatch: " + microbatcher_->summary();
-  if (uint64_t n = log::suppressed_count()) line += "; " + std::to_string(n) + " repeated warnings suppressed";
   return line;
 }
 
-void Engine::at_exit() {
-  if (policy_ != Policy::kPassthrough) recorder_.finish();
-  VCUDNN_LOG_INFO("{}", summary());
+void Engine::finish() {
+  if (features_.record) recorder_.finish();
 }
 
 }  // namespace vcudnn

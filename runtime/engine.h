@@ -1,6 +1,7 @@
-// Engine: the per-process core behind the hooks. It applies the policy (pass-through, or
-// pass-through plus recording) to each normalised call, owns the Recorder, and prints the load
-// and exit lines. Hooks call exactly one Engine function.
+// Engine: the core behind the cuDNN hooks. It applies the features in use (recording,
+// micro-batching) to each normalised call and owns the Recorder and the MicroBatcher. Hooks call
+// exactly one Engine function. The process owns it (runtime/process.h) and prints its part of the
+// exit line.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,8 +19,7 @@ namespace vcudnn {
 
 class Engine {
  public:
-  // The process's engine, initialised on first use (never at load time: see real_api.cpp). It
-  // registers the exit handler, so processes that never call cuDNN print nothing.
+  // The process's engine (Process::get().engine()), started on first use, never at load time.
   static Engine& get();
   explicit Engine(const Options& options);  // use get(); public for NoDestroy
 
@@ -36,16 +36,16 @@ class Engine {
   // The micro-batch plan of a kernel (nullptr under other policies or before its first call).
   std::shared_ptr<const KernelPlan> plan_of(const ConvDescs& desc, ConvKind kind) const;
 
-  // Exit: finish the trace, print the summary line.
-  void at_exit();
+  // Exit: finish the trace; summary() is the engine's part of the exit line.
+  void finish();
   std::string summary() const;
 
  private:
-  bool recording() const { return policy_ != Policy::kPassthrough && recorder_.active(); }
+  bool recording() const { return features_.record && recorder_.active(); }
 
-  Policy policy_;
+  Features features_;
   Recorder recorder_;
-  std::unique_ptr<MicroBatcher> microbatcher_;  // VCUDNN_POLICY=microbatch
+  std::unique_ptr<MicroBatcher> microbatcher_;  // when micro-batching is on
 };
 
 }  // namespace vcudnn

@@ -38,14 +38,21 @@ class HookScope {
 
   bool nested() const { return nested_; }
 
-  // Runs the real call and keeps its duration out of vcudnn's own time.
+  // Runs the real call and keeps its duration out of vcudnn's own time; remembers whether it was
+  // made, and its status, for the exception barrier (runtime/barrier.h).
   template <typename F>
   auto real(F&& f) {
     const uint64_t t0 = monotonic_ns();
+    real_state_ = RealState::kRunning;
     auto result = f();
+    real_state_ = RealState::kDone;
+    real_status_ = static_cast<int64_t>(result);
     real_ns_ += monotonic_ns() - t0;
     return result;
   }
+  enum class RealState { kNotMade, kRunning, kDone };
+  RealState real_state() const { return real_state_; }
+  int64_t real_status() const { return real_status_; }
 
  private:
   static int& depth() {
@@ -55,6 +62,8 @@ class HookScope {
   bool nested_;
   uint64_t start_ns_ = 0;
   uint64_t real_ns_ = 0;
+  RealState real_state_ = RealState::kNotMade;
+  int64_t real_status_ = 0;
 };
 
 }  // namespace vcudnn

@@ -173,4 +173,12 @@ std::string expand_path(const std::string& pattern) {
   return out;
 }
 
+Features features_of(Policy policy) {
+  Features f;
+  f.record = policy != Policy::kPassthrough;
+  f.microbatch = policy == Policy::kMicrobatch || policy == Policy::kMicrobatchOffload;
+  f.own_memory = policy == Policy::kOffload || policy == Policy::kMicrobatchOffload;
+  return f;
+}
+
 }  // namespace vcudnn

@@ -32,7 +32,16 @@ struct OptionSpec {
 const std::array<OptionSpec, kOptionCount>& option_specs();
 
 // Enum values in the order of their `accepted` lists (checked by a test).
-enum class Policy { kPassthrough = 0, kRecord = 1, kMicrobatch = 2, kOffload = 3 };
+enum class Policy { kPassthrough = 0, kRecord = 1, kMicrobatch = 2, kOffload = 3, kMicrobatchOffload = 4 };
+
+// What a policy turns on. The features are independent and work together in one process
+// (runtime/process.h); VCUDNN_POLICY is the user's shorthand for a set of them.
+struct Features {
+  bool record = false;      // record the first complete iteration (the trace)
+  bool microbatch = false;  // split convolutions under a workspace limit
+  bool own_memory = false;  // serve the process's device memory; evict under a budget
+};
+Features features_of(Policy policy);
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
 enum class OptionSource { kDefault, kEnvironment, kFallback };

@@ -79,11 +79,12 @@ TEST_CASE("options: specs table is consistent", "[options]") {
 
 TEST_CASE("options: accepted lists follow the Policy and LogLevel enum order", "[options]") {
   const auto policies = split_bars(spec(vcudnn::kPolicy).accepted);
-  REQUIRE(policies.size() == 4);
+  REQUIRE(policies.size() == 5);
   CHECK(policies[static_cast<int>(Policy::kPassthrough)] == "passthrough");
   CHECK(policies[static_cast<int>(Policy::kRecord)] == "record");
   CHECK(policies[static_cast<int>(Policy::kMicrobatch)] == "microbatch");
   CHECK(policies[static_cast<int>(Policy::kOffload)] == "offload");
+  CHECK(policies[static_cast<int>(Policy::kMicrobatchOffload)] == "microbatch+offload");
 
   const auto levels = split_bars(spec(vcudnn::kLogLevel).accepted);
   REQUIRE(levels.size() == 6);
@@ -103,6 +104,21 @@ TEST_CASE("options: accepted lists follow the Policy and LogLevel enum order", "
     auto o = parse({{"VCUDNN_LOG_LEVEL", levels[i]}});
     CHECK(static_cast<size_t>(o.log_level) == i);
   }
+}
+
+TEST_CASE("options: each policy is a set of features that work together", "[options]") {
+  const auto on = [](Policy p) {
+    const vcudnn::Features f = vcudnn::features_of(p);
+    return std::string(f.record ? "r" : "") + (f.microbatch ? "m" : "") + (f.own_memory ? "o" : "");
+  };
+  CHECK(on(Policy::kPassthrough).empty());
+  CHECK(on(Policy::kRecord) == "r");
+  CHECK(on(Policy::kMicrobatch) == "rm");
+  CHECK(on(Policy::kOffload) == "ro");
+  CHECK(on(Policy::kMicrobatchOffload) == "rmo");
+  const vcudnn::Options o = parse({{"VCUDNN_POLICY", " Microbatch+Offload "}});
+  CHECK(o.errors.empty());
+  CHECK(o.policy == Policy::kMicrobatchOffload);
 }
 
 TEST_CASE("options: enums are case-insensitive and trimmed", "[options]") {

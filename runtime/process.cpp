@@ -1,0 +1,81 @@
+// Process (process.h).
+#include "runtime/process.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "runtime/barrier.h"
+#include "runtime/engine.h"
+#include "runtime/log.h"
+#include "runtime/memory/startup.h"
+#include "runtime/no_destroy.h"
+
+namespace vcudnn {
+namespace {
+
+memory::Started& memory_part() {
+  static NoDestroy<memory::Started> started(memory::start(options()));
+  return started.get();
+}
+
+}  // namespace
+
+Process& Process::get() {
+  static NoDestroy<Process> process;
+  return process.get();
+}
+
+Process::Process() : features_(features_of(options().policy)) {}
+
+Engine& Process::engine() {
+  static NoDestroy<Engine> engine([this] {
+    const Options& o = options();
+    log::configure_once(o);
+    started();
+    return o;
+  }());
+  engine_.store(&engine.get(), std::memory_order_release);
+  return engine.get();
+}
+
+memory::MemoryManager* Process::memory() {
+  if (!features_.own_memory) return nullptr;
+  memory::MemoryManager* m = memory_part().manager;
+  if (m) started();
+  return m;
+}
+
+int Process::memory_device() { return features_.own_memory ? memory_part().device : -1; }
+
+void Process::started() {
+  static std::once_flag once;
+  // Registered after CUDA and the framework registered theirs (atexit runs in reverse order), so
+  // CUDA is still usable when the line is printed.
+  std::call_once(once, [] { std::atexit(at_exit); });
+}
+
+std::string Process::exit_line() {
+  std::string line = "exit: ";
+  Engine* e = engine_.load(std::memory_order_acquire);
+  line += e ? e->summary() : "no cuDNN calls";
+  if (features_.own_memory) {
+    if (const memory::MemoryManager* m = memory_part().manager) line += "; memory: " + m->summary();
+  }
+  if (uint64_t n = exceptions_caught()) line += "; " + std::to_string(n) + " internal errors caught (calls passed through)";
+  if (uint64_t n = log::suppressed_count()) line += "; " + std::to_string(n) + " repeated warnings suppressed";
+  return line;
+}
+
+void Process::at_exit() {
+  try {
+    Process& p = get();
+    if (Engine* e = p.engine_.load(std::memory_order_acquire)) e->finish();
+    VCUDNN_LOG_INFO("{}", p.exit_line());
+    if (p.features_.own_memory) {
+      if (const memory::MemoryManager* m = memory_part().manager) memory::write_access_log(*m);
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace vcudnn
