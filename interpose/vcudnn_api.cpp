@@ -325,6 +325,17 @@ cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* out) {
   }
 }
 
+cudnnStatus_t vcudnnResetMemoryPeak(void) {
+  try {
+    memory::MemoryManager* m = memory::manager();
+    if (!m) return CUDNN_STATUS_NOT_SUPPORTED;
+    m->reset_peak();
+    return CUDNN_STATUS_SUCCESS;
+  } catch (...) {
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
+}
+
 cudnnStatus_t vcudnnEvictBuffer(const void* address) {
   try {
     memory::MemoryManager* m = memory::manager();

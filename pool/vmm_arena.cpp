@@ -252,6 +252,11 @@ void VmmArena::release_free_chunks(uint64_t keep) {
   }
 }
 
+void VmmArena::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_mapped_bytes = mapped_granules_ * granularity_;
+}
+
 uint64_t VmmArena::mapped_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mapped_granules_ * granularity_;

@@ -122,6 +122,7 @@ class VmmArena {
   // Releases chunks of the free list (cuMemRelease) until at most `keep` remain.
   void release_free_chunks(uint64_t keep = 0);
   Stats stats() const;  // walks the buffers: not for hot paths
+  void reset_peak();    // peak_mapped_bytes = mapped_bytes now
   // Cheap (one lock each).
   uint64_t mapped_bytes() const;
   uint64_t idle_bytes() const;

@@ -138,6 +138,7 @@ class MemoryManager {
   const std::optional<uint64_t>& budget() const { return config_.device_budget; }
   bool graphs_seen() const { return graphs_seen_.load(std::memory_order_relaxed); }
   ManagerStats stats() const;
+  void reset_peak() { arena_.reset_peak(); }  // peak_mapped starts again from what is mapped now
   const HostWaitCounts& host_waits() const { return host_waits_; }
   std::string summary() const;  // the exit line's "offload: ..." part
   const char* policy_name() const { return policy_->name(); }

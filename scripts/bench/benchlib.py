@@ -146,6 +146,28 @@ MEMORY_STATS_FIELDS = (
 )
 
 
+def _vcudnn_symbol(name):
+    """A function of the libvcudnn.so loaded in this process (LD_PRELOAD), or None."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        return getattr(ctypes.CDLL(None), name)  # the preloaded library's symbols are global
+    except AttributeError:
+        return None
+
+
+def vcudnn_reset_memory_peak():
+    """vcudnnResetMemoryPeak(): peakMappedBytes starts again from what is mapped now (as
+    torch.cuda.reset_peak_memory_stats does for PyTorch's pool). False when no vcudnn owns memory here."""
+    import ctypes  # noqa: PLC0415
+
+    fn = _vcudnn_symbol("vcudnnResetMemoryPeak")
+    if fn is None:
+        return False
+    fn.restype = ctypes.c_int
+    return fn() == 0
+
+
 def vcudnn_memory_stats():
     """vcudnnGetMemoryStats() of the libvcudnn.so loaded in this process (LD_PRELOAD) as a dict, or None when no
     vcudnn is loaded. {"error": status} when the call fails. Synchronise the device first for settled numbers."""
@@ -172,8 +194,9 @@ OFFLOAD_MODELS = ("resnet18", "resnet50", "transformer")
 
 def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=256, vocab=1000, pin_cores=True):
     """A training step on synthetic data generated on the CPU from `seed`, so that every process, whatever it
-    preloads, starts from the same weights and sees the same bytes. resnet18/resnet50: torchvision, images
-    batch x 3 x size x size, `num_classes` classes, SGD with momentum. transformer: token embedding +
+    preloads, starts from the same weights and sees the same bytes. resnet18/resnet50 (or any other torchvision
+    classification model, by name): images batch x 3 x size x size, `num_classes` classes, SGD with momentum.
+    transformer: token embedding +
     nn.TransformerEncoder (d_model 512, 8 heads, 6 layers, feed-forward 2048, dropout 0.1, batch_first) + linear head,
     `seq` tokens of a `vocab`-word vocabulary, cross-entropy per token, AdamW. Returns step(), which runs one
     iteration and returns the loss as a CUDA tensor (no synchronisation). Dropout draws from CUDA's generator,
@@ -200,7 +223,7 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
 
         def loss_of(out, target):
             return F.cross_entropy(out.reshape(-1, vocab), target.reshape(-1))
-    elif model_name in ("resnet18", "resnet50"):
+    elif model_name in ("resnet18", "resnet50") or hasattr(torchvision.models, model_name):
         model = getattr(torchvision.models, model_name)(num_classes=num_classes).cuda()
         x = torch.randn(batch, 3, size, size, generator=gen)
         y = torch.randint(0, num_classes, (batch,), generator=gen)

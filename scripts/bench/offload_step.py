@@ -3,7 +3,9 @@
 CPU from the seed (benchlib.synthetic_step), PyTorch's default numerics (cuDNN's heuristics, TF32 convolutions as
 PyTorch ships them). The driver sets the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD, VCUDNN_*). Runs the
 warm-up steps, then times each step alone (synchronised before and after), and reads vcudnnGetMemoryStats() after
-the warm-up and at the end, so that the eviction traffic per step counts timed steps only. Writes one JSON object."""
+the warm-up and at the end, so that the eviction traffic per step counts timed steps only. Peak memory (PyTorch's and
+vcudnn's peakMappedBytes) is reset after the warm-up: the peaks reported are the steady state's, the warm-up's
+(cudnn.benchmark's search) are kept apart. Writes one JSON object."""
 import argparse
 import json
 import math
@@ -14,12 +16,13 @@ import time
 import benchlib
 
 COUNTERS = ("evictions", "restores", "faultIns", "bytesEvicted", "bytesRestored", "allocations", "cacheHits",
-            "failedAllocations", "trackedCalls")
+            "failedAllocations", "trackedCalls", "hostWaits", "streamWaits", "evictionsStarted", "freshBytes")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", choices=benchlib.OFFLOAD_MODELS, default="resnet50")
+    p.add_argument("--model", default="resnet50", help="resnet18, resnet50, transformer or a torchvision model")
+    p.add_argument("--benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=224, help="image side for the resnets")
     p.add_argument("--seq", type=int, default=256, help="tokens per sample for the transformer")
@@ -32,6 +35,7 @@ def main():
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("offload_step.py: no CUDA device visible to PyTorch")
+    torch.backends.cudnn.benchmark = args.benchmark
     step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seq=args.seq, seed=args.seed)
 
     t0 = time.perf_counter()
@@ -39,6 +43,10 @@ def main():
         loss = step()
     torch.cuda.synchronize()
     warmup_ms = (time.perf_counter() - t0) * 1e3
+    warmup_peaks = benchlib.torch_peak_memory()
+    # Steady-state peaks: from here on (cudnn.benchmark's search, in the first step, may take the whole card).
+    torch.cuda.reset_peak_memory_stats()
+    benchlib.vcudnn_reset_memory_peak()
     before = benchlib.vcudnn_memory_stats()
     step_ms = []
     for _ in range(args.steps):
@@ -54,7 +62,7 @@ def main():
         per_step = {k: (after[k] - before[k]) / max(1, args.steps) for k in COUNTERS}
     result = {
         "schema": "vcudnn.bench.offload_step_worker/1",
-        "model": args.model, "batch": args.batch,
+        "model": args.model, "batch": args.batch, "cudnn_benchmark": args.benchmark,
         "size": args.size if args.model != "transformer" else None,
         "seq": args.seq if args.model == "transformer" else None,
         "warmup": args.warmup, "steps": args.steps, "seed": args.seed,
@@ -63,7 +71,8 @@ def main():
         "median_step_ms": statistics.median(step_ms) if step_ms else None,
         "last_loss": last_loss,
         "finite": math.isfinite(last_loss),
-        **benchlib.torch_peak_memory(),  # whole run: no reset after the warm-up
+        **benchlib.torch_peak_memory(),  # timed steps only (reset after the warm-up)
+        "warmup_peaks": warmup_peaks,
         "vcudnn_after_warmup": before,
         "vcudnn": after,
         "vcudnn_per_timed_step": per_step,

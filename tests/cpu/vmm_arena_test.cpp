@@ -194,6 +194,11 @@ TEST_CASE("freed memory is reused by requests of other sizes without mapping", "
   CHECK(arena->stats().fresh_granules == 11);
   CHECK(arena->stats().mapped_bytes == 11 * kG);
   CHECK(arena->stats().peak_mapped_bytes == 11 * kG);
+  CHECK(arena->free(d->address));
+  CHECK(arena->trim(UINT64_MAX, all_settled) == 1);
+  CHECK(arena->stats().peak_mapped_bytes == 11 * kG);
+  arena->reset_peak();
+  CHECK(arena->stats().peak_mapped_bytes == 10 * kG);
   finish(arena, fake);
 }
 

@@ -101,7 +101,8 @@ TEST_CASE("vcudnn run --policy offload --budget 60% of the peak: resnet18 bit-id
   REQUIRE(launched.result.at("vcudnn").is_object());                    // preloaded: vcudnnGetMemoryStats answered
   CHECK(launched.result.at("vcudnn").at("budgetBytes").get<uint64_t>() <= budget);
   CHECK(launched.result.at("losses") == plain.result.at("losses"));
-  const auto exit_lines = grep(log, "offload exit:");
+  const auto exit_lines = grep(log, "exit: ");
   REQUIRE(exit_lines.size() == 1);
+  REQUIRE(exit_lines[0].find("; memory: ") != std::string::npos);
   CHECK(counter_value(exit_lines[0], "evictions") > 0);
 }

@@ -1,11 +1,14 @@
 """Worker of offload_test.cpp: trains resnet18 / resnet50 / a TransformerEncoder for a few steps, deterministically,
 and writes one JSON object: the losses (exact, as float.hex, and as floats), the wall time of each step
 (synchronised), PyTorch's peak memory statistics and, when libvcudnn.so is preloaded, vcudnnGetMemoryStats() after
-training. The caller sets the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD, VCUDNN_*).
+training (peaks reset after the first step, so that vcudnn's peakMappedBytes and steady_max_memory_* are the steady
+state's; max_memory_* are the first step's). The caller sets the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD,
+VCUDNN_*).
 
 Deterministic by construction, so that runs in different processes can be compared bit for bit: deterministic
 algorithms only (cuDNN and cuBLAS included), no cudnn.benchmark search, no TF32, fixed seeds, and data generated on
-the CPU from the seed (benchlib.synthetic_step)."""
+the CPU from the seed (benchlib.synthetic_step). --benchmark gives that up for the cuDNN search most vision scripts
+use (the caller compares with two runs of PyTorch alone)."""
 import argparse
 import json
 import math
@@ -37,7 +40,10 @@ def make_deterministic(torch):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=benchlib.OFFLOAD_MODELS, default="resnet18")
+    p.add_argument("--model", default="resnet18", help="resnet18, resnet50, transformer or a torchvision model")
+    p.add_argument("--benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True, as most vision scripts set it: cuDNN algorithms "
+                        "chosen by timing (no longer deterministic run to run)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
@@ -51,17 +57,27 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("train_offload.py: no CUDA device visible to PyTorch")
     make_deterministic(torch)
+    if args.benchmark:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.benchmark = True
     step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seed=args.seed, num_classes=args.classes,
                                    seq=args.seq, pin_cores=False)
-    losses, step_ms = [], []
-    for _ in range(args.steps):
+    losses, step_ms, first_step_peaks = [], [], None
+    for i in range(args.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss = step()
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.item())
+        if i == 0:  # the steady state's peaks: after the first step (cudnn.benchmark's search, allocator warm-up)
+            first_step_peaks = benchlib.torch_peak_memory()
+            first_step_peaks["vcudnn"] = benchlib.vcudnn_memory_stats()
+            torch.cuda.reset_peak_memory_stats()
+            benchlib.vcudnn_reset_memory_peak()
     torch.cuda.synchronize()
+    steady = benchlib.torch_peak_memory()
     result = {
         "schema": "vcudnn.test.train_offload/1",
         "model": args.model, "batch": args.batch, "steps": args.steps, "seed": args.seed,
@@ -71,8 +87,12 @@ def main():
         "loss_values": losses,
         "finite": all(math.isfinite(v) for v in losses),
         "step_ms": step_ms,
-        **benchlib.torch_peak_memory(),
-        "vcudnn": benchlib.vcudnn_memory_stats(),
+        "cudnn_benchmark": args.benchmark,
+        **first_step_peaks,  # max_memory_allocated / reserved of the whole run's first step
+        "steady_max_memory_allocated": steady["max_memory_allocated"],
+        "steady_max_memory_reserved": steady["max_memory_reserved"],
+        "vcudnn_first_step": first_step_peaks.pop("vcudnn"),
+        "vcudnn": benchlib.vcudnn_memory_stats(),  # peakMappedBytes: the steps after the first
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         **benchlib.torch_versions(),

@@ -182,6 +182,10 @@ typedef struct {
 /* Fills *stats; CUDNN_STATUS_BAD_PARAM for NULL. Works under LD_PRELOAD (look it up with dlsym);
  * under other policies active is 0 and the rest is zero. */
 VCUDNN_API cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* stats);
+/* Starts peakMappedBytes again from what is mapped now (as torch.cuda.reset_peak_memory_stats does
+ * for PyTorch's pool), so that a program can measure its steady state after a warm-up.
+ * CUDNN_STATUS_NOT_SUPPORTED when vcudnn does not own memory. */
+VCUDNN_API cudnnStatus_t vcudnnResetMemoryPeak(void);
 
 /* Test and tool hooks on one owned buffer (the address cudaMalloc* returned): move it to the host
  * now / bring it back now. CUDNN_STATUS_BAD_PARAM for an address vcudnn does not own, or a buffer
