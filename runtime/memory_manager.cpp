@@ -45,6 +45,8 @@ Buffer* MemoryManager::new_buffer() {
 
 void MemoryManager::recycle(Buffer* b) {
   b->host.clear();
+  b->ready = {};
+  b->copied_out = {};
   b->restoring.store(false);
   b->streams.store(0);
   b->pinned.store(false);
@@ -103,6 +105,9 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   b->serial = ++serial_;
   b->library = origin == Origin::kLibrary;
   b->last_use.store(next_tick());
+  // Its first accesses may be ones vcudnn cannot see: an eviction fences the stream it was
+  // allocated on (the legacy stream for cudaMalloc) whatever else it learns.
+  b->streams.store(StreamOrder::bit_of(order_.id_of(stream ? *stream : nullptr)));
   if (!index_.add(b->address, b->span, reinterpret_cast<uint64_t>(b))) {
     // Cannot happen (the arena never hands out overlapping ranges); refuse rather than guess.
     VCUDNN_LOG_ERROR("offload: internal error: buffer at {:#x} overlaps a tracked one", b->address);
@@ -155,10 +160,12 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
     const uint64_t streams = b->streams.load() | StreamOrder::bit_of(order_.id_of(nullptr));
     for (uint32_t id : order_.ids_in(streams)) tags.add(order_.mark(id));
   }
-  if (b->restoring.load()) tags.add(b->ready);  // a copy back may still be writing into it
+  // Copies of vcudnn's own may still be in flight on it: a copy back writing into it, or a copy
+  // out reading it (also after an access cancelled that eviction). No unmap before they end.
+  tags.add(b->ready);
+  tags.add(b->copied_out);
   switch (b->state.load()) {
     case BufferState::kEvicting:
-      tags.add(b->copied_out);  // the copy out still reads it: no unmap before it ends
       stop_evicting(b);
       residency_.drop_host_copy(b);
       break;

@@ -521,3 +521,37 @@ TEST_CASE("memory manager: PyTorch allocation traces replayed without a budget",
     CHECK_MSG_ERRORS(dev);
   }
 }
+
+// An access cancels an eviction whose copy out is still in flight; the buffer is then freed and
+// its memory trimmed for a new allocation while that copy has not run yet. The copy still reads
+// the memory: it must not be unmapped before the copy ends (found on the GPU: "unspecified launch
+// failure" under a 60% budget).
+TEST_CASE("memory manager: memory freed while a cancelled eviction's copy is in flight is not unmapped under it",
+          "[memory]") {
+  Active on;
+  SimDevice dev(kG, 8);
+  MemoryManager m(dev, dev, dev, config(8 * kG));
+  Program p{m, dev};
+  std::vector<uint64_t> bufs;
+  // Fill the budget: evict_ahead() starts copying the least recently used buffers out.
+  while (m.stats().evictions_started == 0) {
+    const auto a = m.allocate(2 * kMiB, stream_n(1), Origin::kFramework);
+    REQUIRE(a);
+    REQUIRE(p.write(*a, 2 * kMiB, static_cast<uint32_t>(bufs.size()), stream_n(1)));
+    bufs.push_back(*a);
+    REQUIRE(bufs.size() < 16);
+  }
+  CHECK(dev.host_waits == 0);
+  // The oldest buffer is being evicted: touch it (cancels), free it, run the compute stream only.
+  REQUIRE(p.check(bufs[0], 2 * kMiB, 0, stream_n(1)));
+  CHECK(m.stats().evictions_cancelled >= 1);
+  REQUIRE(m.free(bufs[0], stream_n(1)));
+  dev.run_stream(stream_n(1));
+  REQUIRE(m.free(bufs.back(), stream_n(1)));  // its fence covers the first free too
+  dev.run_stream(stream_n(1));
+  // A large allocation now needs room: the freed memory must wait for the copy out, not be trimmed.
+  const auto big = m.allocate(6 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(big);
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+}

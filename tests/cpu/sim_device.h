@@ -156,6 +156,21 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     while (done < n && step_locked()) ++done;
     return done;
   }
+  // Runs what stream `s` can run, in order, until its head must wait (or it is empty).
+  int run_stream(memory::Stream s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int done = 0;
+    auto& q = queues_[s];
+    while (!q.empty()) {
+      const Op& head = q.front();
+      if (head.kind == Op::kWait && events_.at(head.event).done_generation < head.generation) break;
+      const Op op = head;
+      q.pop_front();
+      execute(op);
+      ++done;
+    }
+    return done;
+  }
   void run_all() {
     std::lock_guard<std::mutex> lock(mu_);
     while (step_locked()) {

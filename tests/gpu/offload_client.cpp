@@ -268,11 +268,12 @@ Vcudnn find_vcudnn() {
 std::string describe(const vcudnnMemoryStats_t& s) {
   return strf(
       "[budget=%.1fM mapped=%.1fM peak=%.1fM live=%.1fM evicted=%.1fM allocs=%llu frees=%llu failed=%llu "
-      "evictions=%llu restores=%llu fault_ins=%llu cache_hits=%llu]",
+      "evictions=%llu restores=%llu fault_ins=%llu cache_hits=%llu idle=%.1fM host_waits=%llu stream_waits=%llu]",
       mib(s.budgetBytes), mib(s.mappedBytes), mib(s.peakMappedBytes), mib(s.liveBytes), mib(s.evictedBytes),
       (unsigned long long)s.allocations, (unsigned long long)s.frees, (unsigned long long)s.failedAllocations,
       (unsigned long long)s.evictions, (unsigned long long)s.restores, (unsigned long long)s.faultIns,
-      (unsigned long long)s.cacheHits);
+      (unsigned long long)s.cacheHits, mib(s.cachedBytes), (unsigned long long)s.hostWaits,
+      (unsigned long long)s.streamWaits);
 }
 
 // The statuses vcudnnEvictBuffer / vcudnnRestoreBuffer return, named without linking cuDNN.
@@ -803,12 +804,13 @@ bool usable(void* p, size_t bytes, uint8_t value) {
   return std::all_of(got.begin(), got.end(), [&](uint8_t b) { return b == value; });
 }
 
-// cudaMemGetInfo under a budget: total = budget, free = budget - mapped.
+// cudaMemGetInfo under a budget: total = budget, free = budget - mapped + idle (freed memory kept
+// mapped, which any allocation may take).
 void check_mem_info(const Vcudnn& v, Checks& c, const char* what) {
   size_t free = 0, total = 0;
   CHECK_CUDA(cudaMemGetInfo(&free, &total));
   const auto s = v.stats();
-  c.check(total == s.budgetBytes && free == s.budgetBytes - s.mappedBytes, what,
+  c.check(total == s.budgetBytes && free == s.budgetBytes - s.mappedBytes + s.cachedBytes, what,
           strf("free=%zu total=%zu %s", free, total, describe(s).c_str()));
 }
 
