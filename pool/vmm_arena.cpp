@@ -255,6 +255,7 @@ void VmmArena::release_free_chunks(uint64_t keep) {
 void VmmArena::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_mapped_bytes = mapped_granules_ * granularity_;
+  stats_.peak_held_bytes = (mapped_granules_ + free_chunks_.size()) * granularity_;
 }
 
 uint64_t VmmArena::mapped_bytes() const {
@@ -491,6 +492,8 @@ bool VmmArena::map_granule(uint64_t index) {
     chunk = backend_.create_chunk();
     if (chunk == 0) return false;
     ++stats_.chunks_created;
+    const uint64_t held = (mapped_granules_ + 1 + free_chunks_.size()) * granularity_;
+    stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held);
   }
   bool mapped = false;
   try {

@@ -71,6 +71,7 @@ class VmmArena {
     uint64_t reserved_bytes = 0;     // the VA range
     uint64_t mapped_bytes = 0;       // granules mapped now (idle ones included)
     uint64_t peak_mapped_bytes = 0;  // most ever mapped at once
+    uint64_t peak_held_bytes = 0;    // most physical memory ever held at once (mapped + free chunks)
     uint64_t idle_bytes = 0;         // mapped granules holding no live buffer (slabs count as used)
     uint64_t live_bytes = 0;         // sum of the requested sizes of buffers not freed (evicted included)
     uint64_t evicted_bytes = 0;      // bytes of granules of live buffers that are unmapped now

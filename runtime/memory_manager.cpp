@@ -577,6 +577,7 @@ ManagerStats MemoryManager::stats() const {
   s.budget = config_.device_budget.value_or(0);
   s.mapped = a.mapped_bytes;
   s.peak_mapped = a.peak_mapped_bytes;
+  s.peak_held = a.peak_held_bytes;
   s.idle = a.idle_bytes;
   s.evicted_now = a.evicted_bytes;
   s.fragmentation = a.fragmentation;
@@ -602,11 +603,12 @@ std::string MemoryManager::summary() const {
   return fmt::format(
       "allocations={} frees={} reused={} fresh={} failed={} evictions={} (started={} cancelled={}) restores={} "
       "fault_ins={} evicted={} restored={} trimmed={} host_waits={} stream_waits={} fences={} "
-      "peak_mapped={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} tracked_hits={} "
+      "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
+      "tracked_hits={} "
       "pinned={} foreign={}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored),
-      mib(s.trimmed_bytes), host_waits_.text(), s.stream_waits, s.fences, mib(s.peak_mapped),
+      mib(s.trimmed_bytes), host_waits_.text(), s.stream_waits, s.fences, mib(s.peak_mapped), mib(s.peak_held),
       s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle), s.fragmentation, policy_->name(), s.tracked_calls,
       s.tracked_hits, s.pinned_buffers, s.foreign_allocations);
 }

@@ -57,6 +57,7 @@ struct ManagerStats {
   uint64_t budget = 0;
   uint64_t mapped = 0;
   uint64_t peak_mapped = 0;
+  uint64_t peak_held = 0;  // mapped + created chunks not mapped now (physical memory vcudnn held)
   uint64_t live = 0;
   uint64_t idle = 0;  // freed memory kept mapped for reuse
   uint64_t evicted_now = 0;

@@ -5,6 +5,8 @@
 //    micro-batching workspace inside the device budget.
 #include <catch2/catch.hpp>
 
+#include <optional>
+
 #include "tests/common/test_util.h"
 #include "tests/pytorch/train_run.h"
 
@@ -31,28 +33,30 @@ void require_owned(const TrainRun& r) {
 
 }  // namespace
 
-TEST_CASE("cudnn.benchmark=True: mobilenet_v3_small trains owned and under a 60% budget", "[pytorch][offload]") {
+TEST_CASE("cudnn.benchmark=True: mobilenet_v3_small trains owned and under a 60% budget", "[pytorch][offload][features]") {
   TempDir tmp;
-  const TrainSpec spec{"mobilenet_v3_small", 64, 4, {"--benchmark", "--classes", "1000"}, {}};
-  // Two runs of PyTorch alone: the search picks algorithms by timing, so runs may differ.
+  const TrainSpec spec{"mobilenet_v3_small", 32, 4, {"--benchmark", "--classes", "1000"}, {}};
   const TrainRun alone = train_model(spec, "alone", tmp);
-  const TrainRun again = train_model(spec, "again", tmp);
   require_trained(alone, 4);
-  require_trained(again, 4);
-  const double natural = max_gap(alone.losses(), again.losses());
-  const bool deterministic = alone.result.at("losses") == again.result.at("losses");
-  // Bitwise when PyTorch alone is deterministic run to run; else within 10x its own spread (at
-  // least 1e-4 relative: fp32 without TF32 over 4 steps).
+  // The search picks algorithms by timing, so runs may differ. Bitwise when PyTorch alone is
+  // deterministic run to run; else within 10x its own spread (at least 1e-4 relative: fp32
+  // without TF32 over 4 steps). A second run of PyTorch alone is made only when needed.
+  std::optional<TrainRun> again;
   const auto same_losses = [&](const TrainRun& r) {
-    if (deterministic) return r.result.at("losses") == alone.result.at("losses");
-    return max_gap(alone.losses(), r.losses()) <= std::max(1e-4, 10 * natural);
+    if (r.result.at("losses") == alone.result.at("losses")) return true;
+    if (!again) {
+      again = train_model(spec, "again", tmp);
+      require_trained(*again, 4);
+      WARN("PyTorch alone, run to run: " << max_gap(alone.losses(), again->losses()));
+    }
+    if (again->result.at("losses") == alone.result.at("losses")) return false;  // deterministic: bitwise
+    return max_gap(alone.losses(), r.losses()) <= std::max(1e-4, 10 * max_gap(alone.losses(), again->losses()));
   };
   const uint64_t steady_reserved = alone.result.at("steady_max_memory_reserved").get<uint64_t>();
   const uint64_t steady_live = alone.result.at("steady_max_memory_allocated").get<uint64_t>();
   WARN("PyTorch alone: first step reserved " << alone.result.at("max_memory_reserved").get<double>() / kMiB
                                              << " MiB (the search), then " << steady_reserved / kMiB << " MiB reserved, "
-                                             << steady_live / kMiB << " MiB live; runs "
-                                             << (deterministic ? "identical" : "differ by ") << natural);
+                                             << steady_live / kMiB << " MiB live");
 
   const TrainRun owned = train_model(spec, "owned", tmp, {{{"VCUDNN_POLICY", "offload"}}});
   require_trained(owned, 4);
@@ -80,7 +84,7 @@ TEST_CASE("cudnn.benchmark=True: mobilenet_v3_small trains owned and under a 60%
 }
 
 TEST_CASE("micro-batching and memory ownership together train resnet50 on the legacy path within the budget",
-          "[pytorch][offload][microbatch]") {
+          "[pytorch][offload][microbatch][features]") {
   TempDir tmp;
   TrainSpec spec{"resnet50", 32, 4, {"--classes", "1000"}, {{"TORCH_CUDNN_V8_API_DISABLED", "1"}}};
   const TrainRun alone = train_model(spec, "alone", tmp);
