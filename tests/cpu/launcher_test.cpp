@@ -98,7 +98,8 @@ std::vector<std::string> offload_policies() {
 
 }  // namespace
 
-TEST_CASE("launcher: one option per row of options.def sets its variable; --budget is --device-budget", "[launcher]") {
+TEST_CASE("launcher: one option per row of options.def sets its variable, and --budget is --device-budget",
+          "[launcher]") {
   std::vector<std::string> args;
   for (const auto& spec : vcudnn::option_specs())
     if (spec.id != vcudnn::kPolicy)  // a policy owning memory would also change PyTorch's settings
