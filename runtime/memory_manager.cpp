@@ -2,6 +2,7 @@
 #include "runtime/memory_manager.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "runtime/log.h"
@@ -45,6 +46,7 @@ Buffer* MemoryManager::new_buffer() {
 
 void MemoryManager::recycle(Buffer* b) {
   b->host.clear();
+  b->in_use.store(0);
   b->ready = {};
   b->copied_out = {};
   b->restoring.store(false);
@@ -85,9 +87,8 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
     a = arena_.allocate(bytes, lifetime, &waits);
     return a.has_value();
   };
-  if (!with_room(granules_for(bytes), std::min(oldest_active_tick(), current_tick()), attempt)) {
+  if (!with_room(granules_for(bytes), attempt)) {
     ++counters_.failed_allocations;
-    arena_.release_free_chunks();  // give the device back what vcudnn holds unused: the caller may retry elsewhere
     VCUDNN_WARN_LIMITED(
         "offload: an allocation of {} ({}) does not fit: the device budget is {}, {} mapped ({} idle), of which {} "
         "cannot be evicted (buffers below one granule, library and pinned buffers){}; cudaErrorMemoryAllocation",
@@ -192,10 +193,20 @@ void MemoryManager::stream_destroyed(Stream stream) { order_.retire(stream); }
 // Room
 
 template <typename Attempt>
-bool MemoryManager::with_room(uint64_t need, uint64_t protect, Attempt&& attempt) {
+bool MemoryManager::with_room(uint64_t need, Attempt&& attempt) {
   if (attempt()) return true;
   const uint64_t g = arena_.granularity();
   if (g == 0 || need > arena_.budget_bytes() / g) return false;  // more than the budget or the card, ever
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Timer {  // the time spent making room, for the exit line
+    std::chrono::steady_clock::time_point t0;
+    uint64_t& ns;
+    ~Timer() {
+      ns += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    }
+  } timer{t0, counters_.room_ns};
+  ++counters_.room_calls;
   for (int round = 0; round < kMaxRoomRounds; ++round) {
     if (reap() > 0 || trim(need) > 0) {
       if (attempt()) return true;
@@ -207,7 +218,7 @@ bool MemoryManager::with_room(uint64_t need, uint64_t protect, Attempt&& attempt
       continue;
     }
     if (wait_for_idle()) continue;
-    if (!start_evictions(need > free_granules() ? need - free_granules() : need, protect)) break;
+    if (!start_evictions(need > free_granules() ? need - free_granules() : need)) break;
   }
   return attempt();
 }
@@ -267,24 +278,23 @@ uint64_t MemoryManager::unevictable_bytes() const {
 
 // Starts evicting least-recently-used buffers (the policy's choice) worth `granules`. false when
 // none could start.
-bool MemoryManager::start_evictions(uint64_t granules, uint64_t protect) {
+bool MemoryManager::start_evictions(uint64_t granules) {
   if (!config_.device_budget || graphs_seen_.load()) return false;
   const uint64_t g = arena_.granularity();
   std::vector<EvictionCandidate> candidates;
   for (const auto& [addr, b] : live_) {
     if (b->large && !b->library && !b->pinned.load() && b->state.load() == BufferState::kResident &&
-        b->last_use.load() < protect)
+        b->in_use.load() == 0)
       candidates.push_back({b, b->last_use.load(), b->span});
   }
   // A little more than asked: fewer rounds.
   const uint64_t slack = std::max<uint64_t>(1, *config_.device_budget / g / 50);
   std::vector<Buffer*> victims = policy_->choose(std::move(candidates), (granules + slack) * g);
-  // Mark first, then look for scopes in progress (Note [Never unmap under a queued access]).
+  // Mark first, then look for calls in progress (Note [Never unmap under a queued access]).
   for (Buffer* b : victims) b->state.store(BufferState::kEvicting, std::memory_order_seq_cst);
-  const uint64_t oldest = oldest_active_tick();
   std::vector<Buffer*> go;
   for (Buffer* b : victims) {
-    if (b->last_use.load(std::memory_order_seq_cst) >= oldest)
+    if (b->in_use.load(std::memory_order_seq_cst) > 0)
       b->state.store(BufferState::kResident);
     else
       go.push_back(b);
@@ -311,13 +321,13 @@ void MemoryManager::evict_ahead() {
   const uint64_t budget = *config_.device_budget / g;
   const uint64_t low = std::clamp<uint64_t>(largest_granules_, std::max<uint64_t>(1, budget / 16), budget / 4);
   const uint64_t coming = free_granules() + evicting_granules_ + arena_.idle_bytes() / g;
-  if (coming < low) start_evictions(2 * low - coming, std::min(oldest_active_tick(), current_tick()));
+  if (coming < low) start_evictions(2 * low - coming);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Restore
 
-RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, uint64_t protect, bool fault) {
+RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, bool fault) {
   switch (b->state.load()) {
     case BufferState::kResident:
       return RestoreResult::kNotEvicted;
@@ -329,7 +339,7 @@ RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, uint64_
       break;
   }
   const auto attempt = [&] { return residency_.restore(b, stream ? std::optional<Stream>(*stream) : std::nullopt); };
-  if (!with_room(b->span / arena_.granularity(), protect, attempt)) return RestoreResult::kNoRoom;
+  if (!with_room(b->span / arena_.granularity(), attempt)) return RestoreResult::kNoRoom;
   evicted_requested_ -= b->bytes;
   if (fault) ++counters_.fault_ins;
   evict_ahead();
@@ -393,7 +403,7 @@ bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
 }
 
 bool MemoryManager::on_hits(const std::vector<pool::Hit>& hits, Access mode, StreamRef stream, const char* api) {
-  TouchScope scope;  // a no-op inside the hook's CallScope
+  TouchScope scope;  // the hook's CallScope when it has one: the holds last until its work is queued
   const uint64_t tick = next_tick();
   tracked_hits_.fetch_add(hits.size(), std::memory_order_relaxed);
   // An access whose stream is unknown is counted on the legacy stream (cudaFree orders after it).
@@ -401,7 +411,8 @@ bool MemoryManager::on_hits(const std::vector<pool::Hit>& hits, Access mode, Str
   bool slow = false;
   for (const pool::Hit& h : hits) {
     Buffer* b = reinterpret_cast<Buffer*>(h.id);
-    b->last_use.store(tick, std::memory_order_seq_cst);
+    hold(b->in_use);  // before the state is read (Note [Never unmap under a queued access])
+    b->last_use.store(tick, std::memory_order_relaxed);
     if ((b->streams.load(std::memory_order_relaxed) & bit) == 0) b->streams.fetch_or(bit, std::memory_order_relaxed);
   }
   for (const pool::Hit& h : hits) {
@@ -421,11 +432,10 @@ bool MemoryManager::on_hits(const std::vector<pool::Hit>& hits, Access mode, Str
   if (!slow) return true;
 
   std::unique_lock<std::mutex> lock(mu_);
-  const uint64_t protect = std::min(tick, oldest_active_tick());
   for (const pool::Hit& h : hits) {
     Buffer* b = reinterpret_cast<Buffer*>(h.id);
     if (!is_live(b)) continue;  // freed meanwhile
-    const RestoreResult r = restore_locked(b, stream, protect, true);
+    const RestoreResult r = restore_locked(b, stream, true);
     if (r != RestoreResult::kOk && r != RestoreResult::kNotEvicted) {
       uint64_t needed = 0;
       for (const pool::Hit& x : hits) needed += reinterpret_cast<const Buffer*>(x.id)->span;
@@ -454,7 +464,7 @@ void MemoryManager::pin(const uint64_t* words, size_t n, const char* api) {
     VCUDNN_LOG_DEBUG("offload: {} keeps a pointer into the buffer at {:#x} ({}); it is never evicted", api, b->address,
                      mib(b->bytes));
     if (b->state.load() == BufferState::kResident) continue;
-    restore_locked(b, std::nullopt, std::min(current_tick(), oldest_active_tick()), true);
+    restore_locked(b, std::nullopt, true);
     if (b->restoring.load()) {
       host_waits_.add(HostWait::k_pin);  // the library may use the pointer on any stream, any time
       order_.wait_host(b->ready);
@@ -488,10 +498,9 @@ void MemoryManager::note_graph_use(const char* api) {
   if (graphs_seen_.exchange(true)) return;
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t restored = 0;
-  const uint64_t protect = std::min(current_tick(), oldest_active_tick());
   for (const auto& [addr, b] : live_) {
     if (b->state.load() == BufferState::kResident) continue;
-    if (restore_locked(b, std::nullopt, protect, false) != RestoreResult::kOk) continue;
+    if (restore_locked(b, std::nullopt, false) != RestoreResult::kOk) continue;
     ++restored;
     if (b->restoring.load()) settle_restore(b, std::nullopt);  // before capture begins: any stream may use it
   }
@@ -519,7 +528,7 @@ EvictResult MemoryManager::evict(uint64_t address) {
   if (b->state.load() == BufferState::kEvicted) return EvictResult::kAlreadyEvicted;
   if (b->state.load() == BufferState::kResident) {
     b->state.store(BufferState::kEvicting, std::memory_order_seq_cst);
-    if (b->last_use.load() >= oldest_active_tick()) {
+    if (b->in_use.load(std::memory_order_seq_cst) > 0) {
       b->state.store(BufferState::kResident);
       return EvictResult::kFailed;  // in use by a call in progress
     }
@@ -540,9 +549,8 @@ RestoreResult MemoryManager::restore(uint64_t address, StreamRef stream) {
   const auto it = live_.find(address);
   if (it == live_.end()) return RestoreResult::kUnknown;
   Buffer* b = it->second;
-  const uint64_t tick = next_tick();
-  b->last_use.store(tick);
-  const RestoreResult r = restore_locked(b, stream, std::min(tick, oldest_active_tick()), false);
+  b->last_use.store(next_tick());
+  const RestoreResult r = restore_locked(b, stream, false);
   if (r == RestoreResult::kOk && !stream && b->restoring.load()) settle_restore(b, stream);
   return r;
 }
@@ -602,13 +610,14 @@ std::string MemoryManager::summary() const {
   const ManagerStats s = stats();
   return fmt::format(
       "allocations={} frees={} reused={} fresh={} failed={} evictions={} (started={} cancelled={}) restores={} "
-      "fault_ins={} evicted={} restored={} trimmed={} host_waits={} stream_waits={} fences={} "
+      "fault_ins={} evicted={} restored={} trimmed={} room={} in {:.1f} ms host_waits={} stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={} "
       "pinned={} foreign={}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored),
-      mib(s.trimmed_bytes), host_waits_.text(), s.stream_waits, s.fences, mib(s.peak_mapped), mib(s.peak_held),
+      mib(s.trimmed_bytes), s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
+      mib(s.peak_mapped), mib(s.peak_held),
       s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle), s.fragmentation, policy_->name(), s.tracked_calls,
       s.tracked_hits, s.pinned_buffers, s.foreign_allocations);
 }

@@ -76,6 +76,8 @@ struct ManagerStats {
   uint64_t bytes_evicted = 0;
   uint64_t bytes_restored = 0;
   uint64_t trimmed_bytes = 0;  // idle memory unmapped to make room
+  uint64_t room_calls = 0;     // allocations and restores that had to make room
+  uint64_t room_ns = 0;        // host time spent making room
   uint64_t tracked_calls = 0;
   uint64_t tracked_hits = 0;
   uint64_t foreign_allocations = 0;
@@ -156,17 +158,16 @@ class MemoryManager {
   uint64_t granules_for(uint64_t bytes) const;
   uint64_t free_granules() const;
   // Runs attempt() until it succeeds, making room for `need` granules between tries: reap
-  // finished evictions, trim settled idle memory, wait for memory in flight, evict. `protect`:
-  // buffers used at or after this tick are not evicted.
+  // finished evictions, trim settled idle memory, wait for memory in flight, evict.
   template <typename Attempt>
-  bool with_room(uint64_t need, uint64_t protect, Attempt&& attempt);
+  bool with_room(uint64_t need, Attempt&& attempt);
   uint64_t reap();
   uint64_t trim(uint64_t granules);
   bool wait_for_idle();
-  bool start_evictions(uint64_t granules, uint64_t protect);
+  bool start_evictions(uint64_t granules);
   void evict_ahead();
   void order_new_owner(const pool::TagSet& waits, StreamRef stream);
-  RestoreResult restore_locked(Buffer* b, StreamRef stream, uint64_t protect, bool fault);
+  RestoreResult restore_locked(Buffer* b, StreamRef stream, bool fault);
   void settle_restore(Buffer* b, StreamRef stream);
   void stop_evicting(Buffer* b);
   uint64_t unevictable_bytes() const;

@@ -27,6 +27,7 @@ struct Buffer {
   std::atomic<bool> pinned{false};  // a library keeps a pointer into it: never evicted
   std::atomic<BufferState> state{BufferState::kResident};
   std::atomic<uint64_t> last_use{0};  // global tick of its latest access
+  std::atomic<uint32_t> in_use{0};    // calls between their touch and their queued work (call_scope.h)
   // The streams (StreamOrder::bit_of) that accessed it since its last eviction started.
   std::atomic<uint64_t> streams{0};
   // A restore copy may still be in flight: an access must be ordered after `ready` first.

@@ -1,93 +1,70 @@
-// The access clock, thread slots, CallScope and TouchScope.
+// The access clock, the per-thread scope, hold(), CallScope and TouchScope.
 //
 // Note [Never unmap under a queued access]
-// A hook runs touch() and then its real call, which queues work reading the buffer. An eviction
-// on another thread must not take the buffer's memory in between. Each thread has a slot holding
-// the global tick at which its outermost scope began (0: none). An eviction first marks its
-// victims kEvicting, then reads every slot and each victim's last use, and keeps only victims
-// last used before the oldest active scope. A hook stores its slot tick and the buffer's last use
-// before it reads the buffer's residency. All of these are sequentially consistent, so either the
-// hook sees the mark (and takes the manager's lock to cancel the eviction or restore the buffer)
-// or the eviction sees the hook's tick and spares the buffer. Work queued by scopes that have
-// ended is covered by the fences the eviction copy waits for, and the memory is unmapped only
-// after that copy has finished.
+// A hook runs touch() and then its real call, which queues work using the buffers. An eviction on
+// another thread must not take a buffer's memory in between. touch() holds each buffer it finds
+// (its in-use count goes up) before it reads the buffer's state; the count goes down when the
+// hook's outermost scope ends, after the real call has queued its work. An eviction marks its
+// victims kEvicting first and then reads their counts, sparing any that is held. Both sides are
+// sequentially consistent, so either the hook sees the mark (and takes the manager's lock to
+// cancel the eviction or restore the buffer) or the eviction sees the hold. Work queued by scopes
+// that have ended is covered by the fences the eviction copy waits for, and the memory is unmapped
+// only after that copy has finished.
 #include "runtime/memory/call_scope.h"
 
-#include <algorithm>
-#include <atomic>
-#include <limits>
-#include <mutex>
 #include <vector>
 
 #include "runtime/memory_access.h"
-#include "runtime/no_destroy.h"
 
 namespace vcudnn::memory {
 namespace {
 
-struct ThreadSlot {
-  std::atomic<uint64_t> tick{0};
+struct ThreadScope {
   int depth = 0;
+  std::vector<std::atomic<uint32_t>*> held;
 };
 
-struct SlotRegistry {
-  std::mutex mu;
-  std::vector<ThreadSlot*> slots;  // never freed: a thread's slot outlives it (a few bytes)
-};
-
-SlotRegistry& registry() {
-  static NoDestroy<SlotRegistry> r;
-  return r.get();
-}
-
-ThreadSlot& my_slot() {
-  thread_local ThreadSlot* slot = [] {
-    auto* s = new ThreadSlot();
-    SlotRegistry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.slots.push_back(s);
-    return s;
-  }();
-  return *slot;
+ThreadScope& my_scope() {
+  thread_local ThreadScope scope;
+  return scope;
 }
 
 std::atomic<uint64_t> g_tick{1};
 
-void enter(ThreadSlot& slot) {
-  if (slot.depth++ == 0) slot.tick.store(g_tick.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
-}
+void enter() { ++my_scope().depth; }
 
-void leave(ThreadSlot& slot) {
-  if (--slot.depth == 0) slot.tick.store(0, std::memory_order_seq_cst);
+void leave() {
+  ThreadScope& s = my_scope();
+  if (--s.depth > 0) return;
+  for (std::atomic<uint32_t>* c : s.held) {
+    // Never below zero: a buffer freed (and its object reused) under a racing call.
+    uint32_t n = c->load(std::memory_order_relaxed);
+    while (n > 0 && !c->compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
+    }
+  }
+  s.held.clear();
 }
 
 }  // namespace
 
-uint64_t next_tick() { return g_tick.fetch_add(1, std::memory_order_seq_cst); }
-uint64_t current_tick() { return g_tick.load(std::memory_order_seq_cst); }
+uint64_t next_tick() { return g_tick.fetch_add(1, std::memory_order_relaxed); }
 
-uint64_t oldest_active_tick() {
-  SlotRegistry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  uint64_t oldest = std::numeric_limits<uint64_t>::max();
-  for (const ThreadSlot* s : r.slots) {
-    const uint64_t t = s->tick.load(std::memory_order_seq_cst);
-    if (t != 0) oldest = std::min(oldest, t);
-  }
-  return oldest;
+void hold(std::atomic<uint32_t>& in_use) {
+  in_use.fetch_add(1, std::memory_order_seq_cst);
+  my_scope().held.push_back(&in_use);
 }
 
-TouchScope::TouchScope() { enter(my_slot()); }
-TouchScope::~TouchScope() { leave(my_slot()); }
+TouchScope::TouchScope() { enter(); }
+TouchScope::~TouchScope() { leave(); }
 
 CallScope::CallScope() {
   if (!active()) return;
-  enter(my_slot());
+  enter();
   armed_ = true;
 }
 
 CallScope::~CallScope() {
-  if (armed_) leave(my_slot());
+  if (armed_) leave();
 }
 
 }  // namespace vcudnn::memory

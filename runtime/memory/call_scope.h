@@ -1,19 +1,20 @@
-// The access clock and the call slots behind Note [Never unmap under a queued access]
-// (call_scope.cpp): every access gets a tick; a hook holds its thread's slot from before it
-// reports its pointers until its real call has queued the work, and an eviction spares every
-// buffer used at or after the oldest tick held in any slot.
+// The access clock and the in-use counts behind Note [Never unmap under a queued access]
+// (call_scope.cpp): a hook holds every buffer it touches from its touch until its real call has
+// queued the work; an eviction never takes a held buffer.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace vcudnn::memory {
 
-uint64_t next_tick();     // a new tick (the clock advances)
-uint64_t current_tick();  // the tick the next access will get
-// The oldest tick at which a scope still in progress began; UINT64_MAX when none is.
-uint64_t oldest_active_tick();
+uint64_t next_tick();  // a new tick of the access clock (least-recently-used order)
 
-// Holds the thread's slot for one touch when the hook opened no CallScope (memory_access.h);
+// Inside a CallScope or TouchScope: counts the buffer in use (`in_use`, sequentially consistent)
+// until the outermost scope on this thread ends.
+void hold(std::atomic<uint32_t>& in_use);
+
+// Holds the thread's scope for one touch when the hook opened no CallScope (memory_access.h);
 // nests inside one at no cost.
 class TouchScope {
  public:

@@ -22,7 +22,7 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   virtual const char* name() const = 0;
   // Victims that give back at least `bytes` if there are enough, most preferred first, chosen
-  // from `candidates` (resident, evictable, not in use by a call in progress).
+  // from `candidates` (resident, evictable, not held by a call in progress).
   virtual std::vector<Buffer*> choose(std::vector<EvictionCandidate> candidates, uint64_t bytes) = 0;
 };
 

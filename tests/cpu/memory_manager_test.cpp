@@ -555,3 +555,66 @@ TEST_CASE("memory manager: memory freed while a cancelled eviction's copy is in 
   dev.run_all();
   CHECK_MSG_ERRORS(dev);
 }
+
+// The GPU suite's "streams" client on the simulated device: 4 threads, each on its own stream,
+// build a chain of buffers, each written by a kernel that reads the one before (one call touching
+// both), 4x the budget in all, never freeing; the device runs concurrently.
+TEST_CASE("memory manager: chains on four streams over 4x the budget keep every byte", "[memory][stress]") {
+  Active on;
+  constexpr uint64_t kSmallG = 64 * 1024;
+  constexpr uint64_t kBudget = 48;
+  SimDevice dev(kSmallG, kBudget, 11);
+  ManagerConfig c = config(kBudget * kSmallG, kSmallG);
+  c.host_budget = 1024 * kMiB;  // every evicted buffer takes a 2 MiB host block: room for all of them
+  MemoryManager m(dev, dev, dev, c);
+  std::atomic<bool> stop{false};
+  std::thread device_thread([&] {
+    while (!stop.load()) {
+      if (dev.run_some(8) == 0) std::this_thread::yield();
+    }
+  });
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::mutex failure_mu;
+  const auto fail = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(failure_mu);
+    if (failures++ == 0) first_failure = what;
+  };
+  const auto chain = [&](uint32_t t) {
+    std::mt19937 rng(500 + t);
+    const Stream s = stream_n(1 + t);
+    uint64_t prev = 0, prev_bytes = 0;
+    uint32_t prev_seed = 0;
+    for (int i = 0; i < 60; ++i) {
+      const uint64_t bytes = kSmallG + rng() % (4 * kSmallG);
+      const auto a = m.allocate(bytes, s, Origin::kFramework);
+      if (!a) {
+        fail("allocation failed at step " + std::to_string(i) + ": " + m.summary());
+        return;
+      }
+      const uint32_t seed = 1000 * (t + 1) + static_cast<uint32_t>(i);
+      CallScope scope;
+      const uint64_t words[] = {prev, *a};
+      if (!m.touch(words + (prev ? 0 : 1), prev ? 2 : 1, Access::kUnknown, s, "derive")) {
+        fail("touch failed at step " + std::to_string(i) + ": " + m.summary());
+        return;
+      }
+      if (prev) dev.check(s, prev, prev_bytes, prev_seed);
+      dev.write(s, *a, bytes, seed);
+      prev = *a;
+      prev_bytes = bytes;
+      prev_seed = seed;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 4; ++t) threads.emplace_back(chain, t);
+  for (auto& t : threads) t.join();
+  stop.store(true);
+  device_thread.join();
+  dev.run_all();
+  INFO(first_failure);
+  INFO(m.summary());
+  CHECK(failures.load() == 0);
+  CHECK_MSG_ERRORS(dev);
+  CHECK(m.stats().evictions > 0);
+}
