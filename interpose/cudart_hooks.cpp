@@ -68,7 +68,14 @@ Fn resolve(const char* name) {
 
 // Reports the accesses, then makes the real call. touch() false: the memory could not be brought
 // back; the API's out-of-memory status is returned and the real call is not made.
+// vcudnn's failures and the runtime's "out of memory" must not stick to the framework.
+inline void clear_last_error() {
+  if (const auto get = vcudnn::real_cudart().cudaGetLastError) get();
+}
+
 // An exception inside touch() counts as "could not bring the memory back" (Note [Exception barrier]).
+// A call that ran out of device memory for allocations of its own (a kernel's code loaded lazily,
+// its local memory) is retried once after vcudnn gave back the memory it held unused.
 template <typename Fn, typename Touch, typename... Args>
 ResultOf<Fn> forward(Fn real, const char* api, Touch&& touch, Args... args) {
   using A = Api<ResultOf<Fn>>;
@@ -76,8 +83,31 @@ ResultOf<Fn> forward(Fn real, const char* api, Touch&& touch, Args... args) {
   if (!memory::active()) return real(args...);
   memory::CallScope scope;  // the touched buffers stay put until the work is queued
   if (!vcudnn::barrier(api, touch, [] { return false; }, false)) return A::kOutOfMemory;
+  const ResultOf<Fn> status = real(args...);
+  if (status != A::kOutOfMemory || !memory::device_out_of_memory(api)) return status;
+  if constexpr (A::kLibrary == Library::kCudart) clear_last_error();
   return real(args...);
 }
+
+// The program waits for a stream or the whole device (the expression gives which: sync_of(stream)
+// or kAll). Idle memory unused for a whole interval between two waits goes back. Event waits are
+// not interval ends: PyTorch's cudnn.benchmark search times every candidate with one, and would
+// see its workspaces given back between two candidates.
+template <typename Fn, typename Target, typename... Args>
+ResultOf<Fn> forward_sync(Fn real, const char* /*api*/, Target&& target, Args... args) {
+  using A = Api<ResultOf<Fn>>;
+  if (!real) return A::kMissing;
+  if (!memory::active()) return real(args...);
+  const auto [kind, stream] = target();
+  memory::SyncPoint point(kind, stream);
+  const ResultOf<Fn> status = real(args...);
+  if (status == A::kSuccess) point.done();
+  return status;
+}
+
+using SyncTarget = std::pair<memory::SyncPoint::Kind, cudaStream_t>;
+SyncTarget sync_of(StreamRef stream) { return {memory::SyncPoint::kStream, stream.value_or(nullptr)}; }
+constexpr SyncTarget kAll{memory::SyncPoint::kAllStreams, nullptr};
 
 // An allocation vcudnn does not serve: the real call, then bytes() counted if it succeeded.
 template <typename Fn, typename Bytes, typename... Args>
@@ -425,6 +455,24 @@ VCUDNN_HOOK_PT(cuStreamBeginCaptureToGraph, _ptsz,
                 size_t count, CUstreamCaptureMode mode),
                (stream, graph, dependencies, edge_data, count, mode), graph_use(api))
 VCUDNN_HOOK_PT(cuGraphLaunch, _ptsz, (CUgraphExec exec, CUstream stream), (exec, stream), graph_use(api))
+
+// ---- synchronisation: idle memory unused since the previous one goes back to the device --------
+
+#define VCUDNN_SYNC(name, params, call_args, ...) \
+  VCUDNN_HOOK_AS(forward_sync, name, name, false, params, call_args, __VA_ARGS__)
+#define VCUDNN_SYNC_PT(name, suffix, params, call_args, ...) \
+  VCUDNN_HOOK_PAIR(forward_sync, name, suffix, params, call_args, __VA_ARGS__)
+
+cudaError_t cudaDeviceSynchronize() {
+  static const auto real = resolve<decltype(&::cudaDeviceSynchronize)>("cudaDeviceSynchronize");
+  return forward_sync(real, "cudaDeviceSynchronize", [] { return kAll; });
+}
+CUresult cuCtxSynchronize() {
+  static const auto real = resolve<decltype(&::cuCtxSynchronize)>("cuCtxSynchronize");
+  return forward_sync(real, "cuCtxSynchronize", [] { return kAll; });
+}
+VCUDNN_SYNC_PT(cudaStreamSynchronize, _ptsz, (cudaStream_t stream), (stream), sync_of(on(stream)))
+VCUDNN_SYNC_PT(cuStreamSynchronize, _ptsz, (CUstream stream), (stream), sync_of(on(stream)))
 
 // ---- streams ----------------------------------------------------------------------------------
 

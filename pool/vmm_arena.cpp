@@ -40,6 +40,7 @@ VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t ph
     bytes = *rounded;
     granularity_ = g;
     chunk_.assign(bytes / g, 0);
+    idle_since_.assign(bytes / g, 0);
     base_ = base;
     max_granules_ = physical_budget / g;
     insert_run(0, bytes / g, false, {});
@@ -228,6 +229,49 @@ uint64_t VmmArena::trim(uint64_t max_granules, const std::function<bool(const Fr
   return done;
 }
 
+uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settled) {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  uint64_t done = 0;
+  try {
+    lock.lock();
+    const std::vector<RunKey> keys(idle_by_size_.begin(), idle_by_size_.end());
+    for (const auto& [count, first] : keys) {
+      const auto it = runs_.find(first);
+      if (it == runs_.end() || !it->second.mapped || it->second.count != count) continue;
+      it->second.tags.prune(settled);
+      if (!it->second.tags.empty()) continue;
+      // The stale stretches of this run, last first (unmapping one splits the run below it).
+      std::vector<std::pair<uint64_t, uint64_t>> stale;
+      for (uint64_t g = first; g < first + count;) {
+        if (idle_since_[g] >= interval_) {
+          ++g;
+          continue;
+        }
+        const uint64_t begin = g;
+        while (g < first + count && idle_since_[g] < interval_) ++g;
+        stale.emplace_back(begin, g);
+      }
+      for (auto s = stale.rbegin(); s != stale.rend(); ++s) done += unmap_in_run(first, s->first, s->second);
+    }
+  } catch (...) {
+  }
+  ++interval_;
+  return done;
+}
+
+// Unmaps [begin, end) of the idle run that starts at `first` (whose tags are settled).
+uint64_t VmmArena::unmap_in_run(uint64_t first, uint64_t begin, uint64_t end) {
+  const auto it = runs_.find(first);
+  const uint64_t run_end = first + it->second.count;
+  erase_run(it);
+  uint64_t unmapped = 0;
+  while (begin + unmapped < end && unmap_granule(begin + unmapped)) ++unmapped;
+  if (begin > first) insert_run(first, begin - first, true, {});
+  if (unmapped > 0) insert_run(begin, unmapped, false, {});
+  if (begin + unmapped < run_end) insert_run(begin + unmapped, run_end - begin - unmapped, true, {});
+  return unmapped;
+}
+
 TagSet VmmArena::idle_tags() const {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   TagSet all;
@@ -363,9 +407,15 @@ void VmmArena::free_granules(uint64_t first, uint64_t count, const TagSet& tags)
     if (!boundary) continue;
     const bool mapped = chunk_[start] != 0;
     if (!mapped) evicted_granules_ -= std::min(evicted_granules_, g - start);
+    if (mapped) mark_idle(start, g - start);
     insert_run(start, g - start, mapped, mapped ? tags : TagSet{});
     start = g;
   }
+}
+
+void VmmArena::mark_idle(uint64_t first, uint64_t count) {
+  std::fill(idle_since_.begin() + static_cast<long>(first), idle_since_.begin() + static_cast<long>(first + count),
+            interval_);
 }
 
 void VmmArena::insert_run(uint64_t first, uint64_t count, bool mapped, TagSet tags) {
@@ -447,6 +497,7 @@ void VmmArena::free_small(uint64_t offset, const Buffer& buffer, const TagSet& t
   }
   TagSet slab_tags = std::move(s.tags);
   slabs_.erase(slab);
+  mark_idle(slab, 1);
   insert_run(slab, 1, true, std::move(slab_tags));
 }
 

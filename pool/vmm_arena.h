@@ -118,6 +118,11 @@ class VmmArena {
   // Unmaps up to `max_granules` idle granules whose tags `settled` accepts (tags it accepts are
   // dropped); their chunks go to the free list. Returns how many were unmapped.
   uint64_t trim(uint64_t max_granules, const std::function<bool(const FreeTag&)>& settled);
+  // The end of a synchronisation interval of the program (it waited for the device): unmaps the
+  // idle granules that were already idle when the interval began, not reused since, whose tags
+  // `settled` accepts. Memory a training loop reuses every step stays; memory a one-off peak left
+  // (cudnn.benchmark's search workspaces) goes. Returns the granules unmapped.
+  uint64_t end_interval(const std::function<bool(const FreeTag&)>& settled);
   // The tags that keep idle memory from being trimmed now (every idle run's, merged).
   TagSet idle_tags() const;
   // Releases chunks of the free list (cuMemRelease) until at most `keep` remain.
@@ -160,6 +165,8 @@ class VmmArena {
   std::optional<uint64_t> allocate_small(uint64_t size, Lifetime lifetime, TagSet* waits, uint64_t* fresh);
   void free_small(uint64_t offset, const Buffer& buffer, const TagSet& tags);
   void free_granules(uint64_t first, uint64_t count, const TagSet& tags);
+  void mark_idle(uint64_t first, uint64_t count);  // idle_since_ = interval_
+  uint64_t unmap_in_run(uint64_t first, uint64_t begin, uint64_t end);  // [begin, end) of the idle run at `first`
   void insert_run(uint64_t first, uint64_t count, bool mapped, TagSet tags);
   void erase_run(std::map<uint64_t, Run>::iterator it);
   // Removes [first, first + count) from the free runs (it must lie in them), merging the tags of
@@ -180,6 +187,8 @@ class VmmArena {
   uint64_t max_granules_ = 0;
   mutable std::mutex mu_;
   std::vector<Handle> chunk_;                   // per granule; 0: unmapped
+  std::vector<uint32_t> idle_since_;            // per granule: the interval in which it last became idle
+  uint32_t interval_ = 0;                       // end_interval() calls so far
   std::map<uint64_t, Run> runs_;                // free granule runs by first granule
   std::set<RunKey> idle_by_size_;               // mapped runs
   std::set<RunKey> unmapped_by_size_;           // unmapped runs

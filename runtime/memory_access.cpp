@@ -2,6 +2,7 @@
 // (runtime/process.h), or does nothing when vcudnn does not own memory.
 #include "runtime/memory_access.h"
 
+#include "runtime/barrier.h"
 #include "runtime/memory_manager.h"
 #include "runtime/process.h"
 
@@ -57,6 +58,37 @@ void count_foreign_allocation(const char* api, uint64_t bytes) {
 
 void stream_destroyed(cudaStream_t stream) {
   if (MemoryManager* m = manager()) m->stream_destroyed(stream);
+}
+
+SyncPoint::SyncPoint(Kind kind, cudaStream_t stream) {
+  MemoryManager* m = manager();
+  if (!m) return;
+  armed_ = true;
+  try {
+    marks_ = m->stream_marks(kind == kStream ? std::optional<Stream>(stream) : std::nullopt);
+  } catch (...) {
+    note_exception("a synchronisation");
+    armed_ = false;
+  }
+}
+
+void SyncPoint::done() noexcept {
+  if (!armed_) return;
+  try {
+    if (MemoryManager* m = manager()) m->synchronized(marks_);
+  } catch (...) {
+    note_exception("a synchronisation");
+  }
+}
+
+bool device_out_of_memory(const char* api) noexcept {
+  try {
+    MemoryManager* m = manager();
+    return m && m->device_out_of_memory(api);
+  } catch (...) {
+    note_exception(api);
+    return false;
+  }
 }
 
 }  // namespace vcudnn::memory

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "pool/buffer_index.h"
@@ -90,6 +91,25 @@ void note_graph_use(const char* api);
 // `stream` is about to be destroyed (cudaStreamDestroy): what was queued on it is fenced one last
 // time, and a new stream with the same handle counts as another stream.
 void stream_destroyed(cudaStream_t stream);
+
+// The program waits for the device: construct before the real call (kStream: the stream waited
+// for; kAllStreams: the device or context), call done() after it returned successfully. Idle
+// memory unused for a whole interval between two waits goes back to the device
+// (MemoryManager::synchronized).
+class SyncPoint {
+ public:
+  enum Kind { kStream, kAllStreams };
+  SyncPoint(Kind kind, cudaStream_t stream = nullptr);
+  void done() noexcept;
+
+ private:
+  bool armed_ = false;
+  std::vector<std::pair<uint32_t, uint64_t>> marks_;
+};
+
+// A call that allocates device memory on its own failed with out-of-memory: vcudnn gives back
+// what it holds unused. true: retry the call once.
+bool device_out_of_memory(const char* api) noexcept;
 
 // An allocation path vcudnn does not serve (cudaMallocManaged, cudaMallocHost, cudaHostAlloc,
 // cuMemAlloc...): passed through, counted in the exit line.

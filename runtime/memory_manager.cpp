@@ -15,6 +15,9 @@ std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<d
 
 // Rounds of with_room() before it gives up; each round makes progress or ends the loop.
 constexpr int kMaxRoomRounds = 256;
+// Free chunks kept after a synchronisation (created, unmapped): enough for the next evictions'
+// room without a cuMemCreate, little enough to matter to no one.
+constexpr uint64_t kKeptFreeChunks = 64;
 
 }  // namespace
 
@@ -188,6 +191,30 @@ bool MemoryManager::owns(uint64_t address) const {
 }
 
 void MemoryManager::stream_destroyed(Stream stream) { order_.retire(stream); }
+
+void MemoryManager::synchronized(const StreamOrder::Snapshot& done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  order_.settle(done);
+  reap();
+  const uint64_t n = arena_.end_interval([this](const pool::FreeTag& t) { return order_.settled(t); });
+  counters_.released_bytes += n * arena_.granularity();
+  arena_.release_free_chunks(kKeptFreeChunks);
+}
+
+bool MemoryManager::device_out_of_memory(const char* api) {
+  std::unique_lock<std::mutex> lock(mu_);
+  reap();
+  const uint64_t held = arena_.idle_bytes() + arena_.stats().chunks_free * arena_.granularity();
+  if (held == 0) return false;
+  wait_for_idle();
+  const uint64_t n = arena_.trim(UINT64_MAX, [this](const pool::FreeTag& t) { return order_.settled(t); });
+  arena_.release_free_chunks();
+  counters_.released_bytes += n * arena_.granularity();
+  ++counters_.oom_retries;
+  VCUDNN_LOG_DEBUG("offload: {} ran out of device memory; vcudnn gave back {} it held unused, and the call is retried",
+                   api, mib(held));
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Room
@@ -610,13 +637,15 @@ std::string MemoryManager::summary() const {
   const ManagerStats s = stats();
   return fmt::format(
       "allocations={} frees={} reused={} fresh={} failed={} evictions={} (started={} cancelled={}) restores={} "
-      "fault_ins={} evicted={} restored={} trimmed={} room={} in {:.1f} ms host_waits={} stream_waits={} fences={} "
+      "fault_ins={} evicted={} restored={} trimmed={} released={} oom_retries={} room={} in {:.1f} ms host_waits={} "
+      "stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={} "
       "pinned={} foreign={}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored),
-      mib(s.trimmed_bytes), s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
+      mib(s.trimmed_bytes), mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(),
+      s.stream_waits, s.fences,
       mib(s.peak_mapped), mib(s.peak_held),
       s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle), s.fragmentation, policy_->name(), s.tracked_calls,
       s.tracked_hits, s.pinned_buffers, s.foreign_allocations);

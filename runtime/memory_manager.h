@@ -78,6 +78,8 @@ struct ManagerStats {
   uint64_t trimmed_bytes = 0;  // idle memory unmapped to make room
   uint64_t room_calls = 0;     // allocations and restores that had to make room
   uint64_t room_ns = 0;        // host time spent making room
+  uint64_t released_bytes = 0;  // idle memory given back to the device (stale at a synchronisation, or on its OOM)
+  uint64_t oom_retries = 0;     // calls retried after vcudnn gave memory back to the device
   uint64_t tracked_calls = 0;
   uint64_t tracked_hits = 0;
   uint64_t foreign_allocations = 0;
@@ -128,6 +130,17 @@ class MemoryManager {
   void note_graph_use(const char* api);
   void count_foreign(const char* api, uint64_t bytes);
   void stream_destroyed(Stream stream);
+
+  // The program waited for the device: stream_marks() before the wait (nullopt stream: every
+  // stream; no snapshot at all for an event), synchronized() after it returned. Idle memory not
+  // reused for a whole interval between two such waits goes back to the device, as
+  // cudaMallocAsync's pool gives memory back at synchronisation.
+  StreamOrder::Snapshot stream_marks(std::optional<Stream> stream) const { return order_.snapshot(stream); }
+  void synchronized(const StreamOrder::Snapshot& done);
+  // A call that allocates device memory on its own (a kernel's code or local memory, a stream)
+  // failed for lack of it: vcudnn gives back its idle memory (waiting for the frees that left it,
+  // counted) and its free chunks. true when it gave any: the caller retries once.
+  bool device_out_of_memory(const char* api);
 
   // Explicit moves (vcudnnEvictBuffer / vcudnnRestoreBuffer and the tests). evict() completes the
   // eviction before it returns (the host waits for the copy: counted).

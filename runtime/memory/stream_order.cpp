@@ -150,6 +150,31 @@ bool StreamOrder::wait_host(const pool::FreeTag& tag) {
   return true;
 }
 
+StreamOrder::Snapshot StreamOrder::snapshot(std::optional<Stream> stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Snapshot snap;
+  if (stream) {
+    if (const auto it = ids_.find(normalised(*stream)); it != ids_.end())
+      snap.emplace_back(it->second, states_[it->second - 1].marks);
+    return snap;
+  }
+  for (uint32_t id = 1; id <= states_.size(); ++id) snap.emplace_back(id, states_[id - 1].marks);
+  return snap;
+}
+
+void StreamOrder::settle(const Snapshot& snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, marks] : snapshot) {
+    State& st = state(id);
+    st.done = std::max(st.done, marks);
+    // Fences covered by the wait have completed: their events are free again.
+    while (!st.fences.empty() && st.fences.front().seq <= st.done) {
+      free_events_.push_back(st.fences.front().event);
+      st.fences.pop_front();
+    }
+  }
+}
+
 void StreamOrder::retire(Stream stream) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = ids_.find(normalised(stream));

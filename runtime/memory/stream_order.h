@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -53,6 +55,13 @@ class StreamOrder {
   // `stream` is about to be destroyed: a last fence covers its marks, and a new stream that gets
   // the same handle gets a new id.
   void retire(Stream stream);
+
+  // The marks of `stream` (nullopt: of every stream) now. After the program waited for those
+  // streams (cudaStreamSynchronize, cudaDeviceSynchronize), settle(snapshot) records that
+  // everything they marked before is done, without a fence.
+  using Snapshot = std::vector<std::pair<uint32_t, uint64_t>>;
+  Snapshot snapshot(std::optional<Stream> stream) const;
+  void settle(const Snapshot& snapshot);
 
   struct Stats {
     uint64_t streams = 0;        // ids given

@@ -265,6 +265,34 @@ TEST_CASE("free tags come back from the allocation that reuses the memory and ho
   finish(arena, fake);
 }
 
+TEST_CASE("the end of a synchronisation interval unmaps memory idle since before it began", "[arena]") {
+  FakePhysical fake;
+  std::optional<VmmArena> arena(std::in_place, fake, 64 * kG, 64 * kG);
+  const auto a = arena->allocate(8 * kG, Lifetime::kShort);
+  const auto c = arena->allocate(2 * kG, Lifetime::kShort);  // keeps a's and b's idle runs apart
+  const auto b = arena->allocate(4 * kG, Lifetime::kShort);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(c);
+  CHECK(arena->free(a->address));                  // idle since interval 0
+  CHECK(arena->end_interval(all_settled) == 0);    // interval 0 ends: a was freed in it
+  CHECK(arena->free(b->address, tags({{1, 7}})));  // idle since interval 1, its free not settled yet
+  const auto reuse = arena->allocate(5 * kG, Lifetime::kShort);  // part of a's memory (best fit)
+  REQUIRE(reuse);
+  CHECK(reuse->address >= a->address);
+  CHECK(arena->stats().idle_bytes == 7 * kG);
+  const auto not_stream1 = [](const FreeTag& t) { return t.stream != 1; };
+  // Interval 1 ends: what is left of a (idle since 0, not reused) goes; b (idle since 1) stays.
+  CHECK(arena->end_interval(not_stream1) == 3);
+  CHECK(arena->stats().idle_bytes == 4 * kG);
+  // Interval 2 ends: b is stale now, but its free is not settled: it stays until it is.
+  CHECK(arena->end_interval(not_stream1) == 0);
+  CHECK(arena->end_interval(all_settled) == 4);
+  CHECK(arena->stats().idle_bytes == 0);
+  CHECK(arena->stats().mapped_bytes == 7 * kG);  // reuse and c
+  finish(arena, fake);
+}
+
 TEST_CASE("the physical budget caps mapped granules, idle ones included", "[arena]") {
   FakePhysical fake(4);
   std::optional<VmmArena> arena(std::in_place, fake, 32 * kG, 4 * kG + kG / 2);  // 4 granules
