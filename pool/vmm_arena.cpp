@@ -229,7 +229,7 @@ uint64_t VmmArena::trim(uint64_t max_granules, const std::function<bool(const Fr
   return done;
 }
 
-uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settled) {
+uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settled, uint64_t keep) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   uint64_t done = 0;
   try {
@@ -253,6 +253,12 @@ uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settl
       }
       for (auto s = stale.rbegin(); s != stale.rend(); ++s) done += unmap_in_run(first, s->first, s->second);
     }
+    // The bottom of the free list (a stack) below its low water was not used all interval.
+    size_t unused = std::min(free_low_water_, free_chunks_.size());
+    for (size_t i = keep; i < unused; ++i) backend_.release_chunk(free_chunks_[i]);
+    if (unused > keep) free_chunks_.erase(free_chunks_.begin() + static_cast<long>(keep),
+                                          free_chunks_.begin() + static_cast<long>(unused));
+    free_low_water_ = free_chunks_.size();
   } catch (...) {
   }
   ++interval_;
@@ -292,6 +298,7 @@ void VmmArena::release_free_chunks(uint64_t keep) {
       free_chunks_.pop_back();
       backend_.release_chunk(chunk);
     }
+    free_low_water_ = std::min(free_low_water_, free_chunks_.size());
   } catch (...) {
   }
 }
@@ -539,6 +546,7 @@ bool VmmArena::map_granule(uint64_t index) {
   if (!free_chunks_.empty()) {
     chunk = free_chunks_.back();
     free_chunks_.pop_back();
+    free_low_water_ = std::min(free_low_water_, free_chunks_.size());
   } else {
     chunk = backend_.create_chunk();
     if (chunk == 0) return false;

@@ -120,9 +120,11 @@ class VmmArena {
   uint64_t trim(uint64_t max_granules, const std::function<bool(const FreeTag&)>& settled);
   // The end of a synchronisation interval of the program (it waited for the device): unmaps the
   // idle granules that were already idle when the interval began, not reused since, whose tags
-  // `settled` accepts. Memory a training loop reuses every step stays; memory a one-off peak left
-  // (cudnn.benchmark's search workspaces) goes. Returns the granules unmapped.
-  uint64_t end_interval(const std::function<bool(const FreeTag&)>& settled);
+  // `settled` accepts; and releases the free chunks (beyond `keep`) that no mapping used during
+  // the interval. Memory a training loop reuses every step stays; memory a one-off peak left
+  // (cudnn.benchmark's search workspaces) goes back to the device two intervals later, while a
+  // search that keeps reusing it only remaps it. Returns the granules unmapped.
+  uint64_t end_interval(const std::function<bool(const FreeTag&)>& settled, uint64_t keep);
   // The tags that keep idle memory from being trimmed now (every idle run's, merged).
   TagSet idle_tags() const;
   // Releases chunks of the free list (cuMemRelease) until at most `keep` remain.
@@ -189,6 +191,7 @@ class VmmArena {
   std::vector<Handle> chunk_;                   // per granule; 0: unmapped
   std::vector<uint32_t> idle_since_;            // per granule: the interval in which it last became idle
   uint32_t interval_ = 0;                       // end_interval() calls so far
+  size_t free_low_water_ = 0;                   // fewest free chunks since the last end_interval()
   std::map<uint64_t, Run> runs_;                // free granule runs by first granule
   std::set<RunKey> idle_by_size_;               // mapped runs
   std::set<RunKey> unmapped_by_size_;           // unmapped runs

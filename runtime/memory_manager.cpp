@@ -196,9 +196,9 @@ void MemoryManager::synchronized(const StreamOrder::Snapshot& done) {
   std::unique_lock<std::mutex> lock(mu_);
   order_.settle(done);
   reap();
-  const uint64_t n = arena_.end_interval([this](const pool::FreeTag& t) { return order_.settled(t); });
+  const uint64_t n =
+      arena_.end_interval([this](const pool::FreeTag& t) { return order_.settled(t); }, kKeptFreeChunks);
   counters_.released_bytes += n * arena_.granularity();
-  arena_.release_free_chunks(kKeptFreeChunks);
 }
 
 bool MemoryManager::device_out_of_memory(const char* api) {

@@ -109,7 +109,7 @@ TEST_CASE("reserve rounds up to slabs and stops at the budget", "[hostpool]") {
   finish(pool, fake);
 }
 
-TEST_CASE("slab size rounds up to 2 MiB; a zero slab or a budget below one slab holds nothing", "[hostpool]") {
+TEST_CASE("slab size rounds up to 2 MiB, and a zero slab or a budget below one slab holds nothing", "[hostpool]") {
   FakeHost f;
   std::optional<HostPool> odd(std::in_place, f, 64 * kMiB, 3 * kMiB);
   CHECK(odd->stats().slab_bytes == 4 * kMiB);
@@ -132,7 +132,7 @@ TEST_CASE("slab size rounds up to 2 MiB; a zero slab or a budget below one slab 
   finish(small, f);
 }
 
-TEST_CASE("acquire and release never call the backend; blocks are aligned and inside a slab", "[hostpool]") {
+TEST_CASE("acquire and release never call the backend, and blocks are aligned and inside a slab", "[hostpool]") {
   FakeHost fake;
   std::optional<HostPool> pool(std::in_place, fake, 64 * kMiB, 16 * kMiB);
   REQUIRE(pool->reserve(64 * kMiB));

@@ -78,7 +78,7 @@ TEST_CASE("plan: a limit below every algorithm's need is a fallback naming the l
   CHECK_THAT(none.reason, Catch::Contains("no algorithm"));
 }
 
-TEST_CASE("plan: forced micro-batches take the remainder last; undivided-only never splits", "[microbatch]") {
+TEST_CASE("plan: forced micro-batches take the remainder last, and undivided-only never splits", "[microbatch]") {
   auto m = make(13, {{0, 13, 13.0, 0}, {1, 5, 1.0, 8}, {3, 3, 0.9, 0}, {0, 5, 2.0, 0}});
   PlanRequest r = request(8);
   r.force_split = 5;

@@ -131,7 +131,7 @@ bool all_settled(const FreeTag&) { return true; }
 
 }  // namespace
 
-TEST_CASE("small buffers are carved from a slab; an empty slab stays mapped, idle, until trimmed", "[arena]") {
+TEST_CASE("small buffers are carved from a slab, and an empty slab stays mapped, idle, until trimmed", "[arena]") {
   FakePhysical fake;
   std::optional<VmmArena> arena(std::in_place, fake, 16 * kG, 16 * kG);
   REQUIRE(arena->ok());
@@ -275,7 +275,7 @@ TEST_CASE("the end of a synchronisation interval unmaps memory idle since before
   REQUIRE(b);
   REQUIRE(c);
   CHECK(arena->free(a->address));                  // idle since interval 0
-  CHECK(arena->end_interval(all_settled) == 0);    // interval 0 ends: a was freed in it
+  CHECK(arena->end_interval(all_settled, 0) == 0);    // interval 0 ends: a was freed in it
   CHECK(arena->free(b->address, tags({{1, 7}})));  // idle since interval 1, its free not settled yet
   const auto reuse = arena->allocate(5 * kG, Lifetime::kShort);  // part of a's memory (best fit)
   REQUIRE(reuse);
@@ -283,13 +283,17 @@ TEST_CASE("the end of a synchronisation interval unmaps memory idle since before
   CHECK(arena->stats().idle_bytes == 7 * kG);
   const auto not_stream1 = [](const FreeTag& t) { return t.stream != 1; };
   // Interval 1 ends: what is left of a (idle since 0, not reused) goes; b (idle since 1) stays.
-  CHECK(arena->end_interval(not_stream1) == 3);
+  CHECK(arena->end_interval(not_stream1, 0) == 3);
   CHECK(arena->stats().idle_bytes == 4 * kG);
   // Interval 2 ends: b is stale now, but its free is not settled: it stays until it is.
-  CHECK(arena->end_interval(not_stream1) == 0);
-  CHECK(arena->end_interval(all_settled) == 4);
+  CHECK(arena->end_interval(not_stream1, 0) == 0);
+  CHECK(arena->end_interval(all_settled, 0) == 4);
   CHECK(arena->stats().idle_bytes == 0);
   CHECK(arena->stats().mapped_bytes == 7 * kG);  // reuse and c
+  // The chunks unmapped above are released once an interval passes without a mapping using them.
+  CHECK(arena->stats().chunks_free == 4);  // the last 4 were unmapped in the interval just ended
+  CHECK(arena->end_interval(all_settled, 1) == 0);
+  CHECK(arena->stats().chunks_free == 1);
   finish(arena, fake);
 }
 

@@ -67,7 +67,7 @@ TEST_CASE("offload: without a budget every allocation is owned, counted and rele
   check_passed("own", run_client("own", offload_env(std::nullopt)));
 }
 
-TEST_CASE("offload: the client skips without vcudnn; other policies own nothing", "[gpu][offload]") {
+TEST_CASE("offload: the client skips without vcudnn, and other policies own nothing", "[gpu][offload]") {
   {  // not preloaded: the client runs plain and says so
     const auto r = run_client("own", {{"LD_PRELOAD", std::nullopt}});
     INFO(r.out << r.err);
