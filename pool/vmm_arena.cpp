@@ -95,6 +95,7 @@ std::optional<Allocation> VmmArena::allocate(uint64_t bytes, Lifetime lifetime, 
     const std::optional<uint64_t> size = round_up(bytes, kAlign);
     if (!ok() || !size) return fail();
     uint64_t fresh = 0;
+    ++allocations_in_interval_;
     if (*size < granularity_) {
       const std::optional<uint64_t> offset = allocate_small(*size, lifetime, waits, &fresh);
       if (!offset) return fail();
@@ -234,6 +235,8 @@ uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settl
   uint64_t done = 0;
   try {
     lock.lock();
+    if (allocations_in_interval_ == 0) return 0;
+    allocations_in_interval_ = 0;
     const std::vector<RunKey> keys(idle_by_size_.begin(), idle_by_size_.end());
     for (const auto& [count, first] : keys) {
       const auto it = runs_.find(first);

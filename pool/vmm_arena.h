@@ -121,7 +121,8 @@ class VmmArena {
   // The end of a synchronisation interval of the program (it waited for the device): unmaps the
   // idle granules that were already idle when the interval began, not reused since, whose tags
   // `settled` accepts; and releases the free chunks (beyond `keep`) that no mapping used during
-  // the interval. Memory a training loop reuses every step stays; memory a one-off peak left
+  // the interval. An interval in which nothing was allocated (the wait before a step, right after
+  // the wait after the last one) gave idle memory no chance to be reused: it ends nothing. Memory a training loop reuses every step stays; memory a one-off peak left
   // (cudnn.benchmark's search workspaces) goes back to the device two intervals later, while a
   // search that keeps reusing it only remaps it. Returns the granules unmapped.
   uint64_t end_interval(const std::function<bool(const FreeTag&)>& settled, uint64_t keep);
@@ -192,6 +193,7 @@ class VmmArena {
   std::vector<uint32_t> idle_since_;            // per granule: the interval in which it last became idle
   uint32_t interval_ = 0;                       // end_interval() calls so far
   size_t free_low_water_ = 0;                   // fewest free chunks since the last end_interval()
+  uint64_t allocations_in_interval_ = 0;        // an interval without allocations ends nothing
   std::map<uint64_t, Run> runs_;                // free granule runs by first granule
   std::set<RunKey> idle_by_size_;               // mapped runs
   std::set<RunKey> unmapped_by_size_;           // unmapped runs
