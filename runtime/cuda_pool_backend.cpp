@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "runtime/cuda_check.h"
 #include "runtime/log.h"
 #include "runtime/own_memory.h"
 #include "runtime/real_api.h"
@@ -10,14 +11,7 @@
 namespace vcudnn {
 namespace {
 
-bool check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return true;
-  const RealCudart& rt = real_cudart();
-  if (rt.cudaGetLastError) rt.cudaGetLastError();  // vcudnn's failure must not stick to the framework
-  VCUDNN_WARN_LIMITED("workspace pool: {} failed: {}", what,
-                      rt.cudaGetErrorString ? rt.cudaGetErrorString(e) : std::to_string(static_cast<int>(e)));
-  return false;
-}
+bool check(cudaError_t e, const char* what) { return cuda_ok(e, "workspace pool", what); }
 
 }  // namespace
 

@@ -4,20 +4,14 @@
 #include <string>
 
 #include "runtime/event_pool.h"
+#include "runtime/cuda_check.h"
 #include "runtime/log.h"
 #include "runtime/real_api.h"
 
 namespace vcudnn::memory {
 namespace {
 
-bool check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return true;
-  const RealCudart& rt = real_cudart();
-  if (rt.cudaGetLastError) rt.cudaGetLastError();  // vcudnn's failure must not stick to the framework
-  VCUDNN_WARN_LIMITED("offload: {} failed: {}", what,
-                      rt.cudaGetErrorString ? rt.cudaGetErrorString(e) : std::to_string(static_cast<int>(e)));
-  return false;
-}
+bool check(cudaError_t e, const char* what) { return cuda_ok(e, "offload", what); }
 
 // Runs CUDA calls on the arena's device whatever the calling thread's current device is.
 class OnDevice {
