@@ -244,14 +244,18 @@ uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settl
       it->second.tags.prune(settled);
       if (!it->second.tags.empty()) continue;
       // The stale stretches of this run, last first (unmapping one splits the run below it).
+      // Stale: idle through this interval and the one before, both with allocations. One is not
+      // enough: cudnn.benchmark's search waits for the device between candidates whose workspaces
+      // alternate between two sizes, and would unmap and map tens of GiB for every candidate.
+      const auto is_stale = [&](uint64_t g) { return idle_since_[g] + 1 < interval_; };
       std::vector<std::pair<uint64_t, uint64_t>> stale;
       for (uint64_t g = first; g < first + count;) {
-        if (idle_since_[g] >= interval_) {
+        if (!is_stale(g)) {
           ++g;
           continue;
         }
         const uint64_t begin = g;
-        while (g < first + count && idle_since_[g] < interval_) ++g;
+        while (g < first + count && is_stale(g)) ++g;
         stale.emplace_back(begin, g);
       }
       for (auto s = stale.rbegin(); s != stale.rend(); ++s) done += unmap_in_run(first, s->first, s->second);

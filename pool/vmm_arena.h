@@ -119,12 +119,12 @@ class VmmArena {
   // dropped); their chunks go to the free list. Returns how many were unmapped.
   uint64_t trim(uint64_t max_granules, const std::function<bool(const FreeTag&)>& settled);
   // The end of a synchronisation interval of the program (it waited for the device): unmaps the
-  // idle granules that were already idle when the interval began, not reused since, whose tags
-  // `settled` accepts; and releases the free chunks (beyond `keep`) that no mapping used during
-  // the interval. An interval in which nothing was allocated (the wait before a step, right after
+  // idle granules that were already idle when the previous interval began, not reused since,
+  // whose tags `settled` accepts; and releases the free chunks (beyond `keep`) that no mapping
+  // used during the interval. An interval in which nothing was allocated (the wait before a step, right after
   // the wait after the last one) gave idle memory no chance to be reused: it ends nothing. Memory a training loop reuses every step stays; memory a one-off peak left
-  // (cudnn.benchmark's search workspaces) goes back to the device two intervals later, while a
-  // search that keeps reusing it only remaps it. Returns the granules unmapped.
+  // (cudnn.benchmark's search workspaces) goes back to the device two intervals after its last use,
+  // its chunks one interval later. Returns the granules unmapped.
   uint64_t end_interval(const std::function<bool(const FreeTag&)>& settled, uint64_t keep);
   // The tags that keep idle memory from being trimmed now (every idle run's, merged).
   TagSet idle_tags() const;

@@ -1,8 +1,8 @@
 """Worker of offload_test.cpp: trains resnet18 / resnet50 / a TransformerEncoder for a few steps, deterministically,
 and writes one JSON object: the losses (exact, as float.hex, and as floats), the wall time of each step
 (synchronised), PyTorch's peak memory statistics and, when libvcudnn.so is preloaded, vcudnnGetMemoryStats() after
-training (peaks reset after the second step, so that vcudnn's peakMappedBytes and steady_max_memory_* are the
-steady state's; max_memory_* are the first two steps'). The caller sets the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD,
+training (peaks reset after the third step, so that vcudnn's peakMappedBytes and steady_max_memory_* are the
+steady state's; max_memory_* are the first three steps'; give --steps 4 or more). The caller sets the environment (PYTORCH_CUDA_ALLOC_CONF, LD_PRELOAD,
 VCUDNN_*).
 
 Deterministic by construction, so that runs in different processes can be compared bit for bit: deterministic
@@ -71,13 +71,16 @@ def main():
         torch.cuda.synchronize()
         step_ms.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.item())
-        if i == 1:  # the steady state's peaks: after two steps (cudnn.benchmark's search; memory it left idle goes
-            # back to the device at the second step's synchronisation, under vcudnn as in cudaMallocAsync's pool)
+        if i == min(2, args.steps - 2):  # the steady state's peaks: after three steps (cudnn.benchmark's search; memory it left idle
+            # goes back to the device two synchronisations later under vcudnn, at synchronisation in cudaMallocAsync's pool)
             first_step_peaks = benchlib.torch_peak_memory()
             first_step_peaks["vcudnn"] = benchlib.vcudnn_memory_stats()
             torch.cuda.reset_peak_memory_stats()
             benchlib.vcudnn_reset_memory_peak()
     torch.cuda.synchronize()
+    if first_step_peaks is None:  # a single step: no steady state apart from it
+        first_step_peaks = benchlib.torch_peak_memory()
+        first_step_peaks["vcudnn"] = benchlib.vcudnn_memory_stats()
     steady = benchlib.torch_peak_memory()
     result = {
         "schema": "vcudnn.test.train_offload/1",
@@ -89,7 +92,7 @@ def main():
         "finite": all(math.isfinite(v) for v in losses),
         "step_ms": step_ms,
         "cudnn_benchmark": args.benchmark,
-        **first_step_peaks,  # max_memory_allocated / reserved of the first two steps
+        **first_step_peaks,  # max_memory_allocated / reserved of the first three steps
         "steady_max_memory_allocated": steady["max_memory_allocated"],
         "steady_max_memory_reserved": steady["max_memory_reserved"],
         "vcudnn_first_step": first_step_peaks.pop("vcudnn"),
