@@ -136,7 +136,8 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
     o.source[kPolicy] = OptionSource::kFallback;
   }
   for (const auto& name : names) {
-    if (name.rfind("VCUDNN_TEST_", 0) == 0) continue;  // the test suite's own settings
+    // The test suite's own settings, and the build folder the scripts use.
+    if (name.rfind("VCUDNN_TEST_", 0) == 0 || name == "VCUDNN_BUILD_DIR") continue;
     bool known =
         std::any_of(option_specs().begin(), option_specs().end(), [&](const OptionSpec& s) { return name == s.env; });
     if (!known) {

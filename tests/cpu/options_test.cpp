@@ -207,8 +207,8 @@ TEST_CASE("options: unknown VCUDNN_* names are warnings, not errors", "[options]
   CHECK(o.policy == Policy::kPassthrough);
   CHECK(o.source[vcudnn::kPolicy] == OptionSource::kEnvironment);
 
-  auto unchanged = parse({}, {"VCUDNN_FOO", "VCUDNN_BAR"});
-  REQUIRE(unchanged.warnings.size() == 2);
+  auto unchanged = parse({}, {"VCUDNN_FOO", "VCUDNN_BAR", "VCUDNN_TEST_PYTHON", "VCUDNN_BUILD_DIR"});
+  REQUIRE(unchanged.warnings.size() == 2);  // the suite's and the scripts' own variables are not typos
   CHECK_THAT(unchanged.warnings[0], Catch::Contains("VCUDNN_FOO"));
   CHECK_THAT(unchanged.warnings[1], Catch::Contains("VCUDNN_BAR"));
   CHECK(unchanged.errors.empty());
