@@ -326,6 +326,11 @@ uint64_t VmmArena::idle_bytes() const {
   return idle_granules_ * granularity_;
 }
 
+uint64_t VmmArena::free_chunk_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_chunks_.size() * granularity_;
+}
+
 VmmArena::Stats VmmArena::stats() const {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {

@@ -135,6 +135,7 @@ class VmmArena {
   // Cheap (one lock each).
   uint64_t mapped_bytes() const;
   uint64_t idle_bytes() const;
+  uint64_t free_chunk_bytes() const;  // created and unmapped now
   uint64_t budget_bytes() const { return max_granules_ * granularity_; }
 
  private:

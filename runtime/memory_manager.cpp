@@ -204,7 +204,7 @@ void MemoryManager::synchronized(const StreamOrder::Snapshot& done) {
 bool MemoryManager::device_out_of_memory(const char* api) {
   std::unique_lock<std::mutex> lock(mu_);
   reap();
-  const uint64_t held = arena_.idle_bytes() + arena_.stats().chunks_free * arena_.granularity();
+  const uint64_t held = arena_.idle_bytes() + arena_.free_chunk_bytes();
   if (held == 0) return false;
   wait_for_idle();
   const uint64_t n = arena_.trim(UINT64_MAX, [this](const pool::FreeTag& t) { return order_.settled(t); });
@@ -592,8 +592,7 @@ std::pair<uint64_t, uint64_t> MemoryManager::budget_info() const {
 }
 
 std::pair<uint64_t, uint64_t> MemoryManager::memory_info(uint64_t device_free, uint64_t device_total) const {
-  const pool::VmmArena::Stats a = arena_.stats();
-  const uint64_t ours = a.idle_bytes + a.chunks_free * arena_.granularity();
+  const uint64_t ours = arena_.idle_bytes() + arena_.free_chunk_bytes();
   return {std::min(device_total, device_free + ours), device_total};
 }
 
