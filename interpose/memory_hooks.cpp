@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "runtime/barrier.h"
+#include "runtime/log.h"
 #include "runtime/memory_manager.h"
 #include "runtime/real_api.h"
 
@@ -133,6 +134,24 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool,
   if (manager()) count_foreign_allocation("cudaMallocFromPoolAsync", size);
   const auto real = real_cudart().cudaMallocFromPoolAsync;
   return real ? real(ptr, size, pool, stream) : unresolved();
+}
+
+// The program gives cached memory back (torch.cuda.empty_cache() and cudnn.benchmark's search under
+// cudaMallocAsync): vcudnn's idle memory goes too, or a later launch could find the card full of
+// memory nobody uses (lazy module loading, cuDNN's own allocations). Then the real pool's trim.
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
+  if (MemoryManager* m = serving()) {
+    barrier(
+        "cudaMemPoolTrimTo",
+        [&] {
+          const uint64_t released = m->trim_to(minBytesToKeep);
+          if (released) VCUDNN_LOG_DEBUG("offload: cudaMemPoolTrimTo gave {} bytes of idle memory back", released);
+          return 0;
+        },
+        [] { return 0; }, 0);
+  }
+  const auto real = real_cudart().cudaMemPoolTrimTo;
+  return real ? real(memPool, minBytesToKeep) : unresolved();
 }
 
 // Under a budget: the budget. Without one: the device's numbers, plus the idle memory vcudnn keeps

@@ -11,6 +11,8 @@
 //    idle run again.
 // Chunks come from the free list first; create_chunk() only when it is empty. They go back to the
 // free list when unmapped and are released only by release_free_chunks() and the destructor.
+// Extents (fresh stretches of extent_min_ granules or more) are created for their stretch, unmapped
+// only whole (unmap_span() over ranges no extent crosses: extent_up/extent_down) and released then.
 // Every backend failure leaves the bookkeeping matching what the backend holds.
 #include "pool/vmm_arena.h"
 
@@ -28,7 +30,8 @@ constexpr int kGrowCandidates = 8;
 
 }  // namespace
 
-VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget) : backend_(backend) {
+VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget, uint64_t extent_min)
+    : backend_(backend), extent_min_(extent_min) {
   uint64_t base = 0;
   uint64_t bytes = 0;
   try {
@@ -58,13 +61,20 @@ VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t ph
 }
 
 VmmArena::~VmmArena() {
-  for (uint64_t i = 0; i < chunk_.size(); ++i) {
-    if (chunk_[i] == 0) continue;
-    try {
-      backend_.unmap(base_ + i * granularity_);
-      backend_.release_chunk(chunk_[i]);
-    } catch (...) {
+  for (uint64_t i = 0; i < chunk_.size();) {
+    const auto extent = extents_.find(i);
+    const uint64_t n = extent != extents_.end() ? extent->second : 1;
+    if (chunk_[i] != 0) {
+      try {
+        if (n > 1)
+          backend_.unmap_extent(base_ + i * granularity_, n);
+        else
+          backend_.unmap(base_ + i * granularity_);
+        backend_.release_chunk(chunk_[i]);
+      } catch (...) {
+      }
     }
+    i += n;
   }
   for (Handle chunk : free_chunks_) {
     try {
@@ -154,14 +164,20 @@ bool VmmArena::evict(uint64_t address) {
     if (!span) return false;
     const auto [first, count] = *span;
     if (unmapped_in(first, count) == count) return false;
+    // An extent that holds memory beyond the buffer cannot be unmapped for it.
+    if (extent_up(first) != first || extent_down(first + count) != first + count) return false;
     buffers_[address - base_].evicted = true;
     bool all = true;
-    for (uint64_t g = first; g < first + count; ++g) {
-      if (chunk_[g] == 0) continue;
-      if (unmap_granule(g))
-        ++evicted_granules_;
-      else
-        all = false;
+    for (uint64_t g = first; g < first + count;) {
+      const auto extent = extents_.find(g);
+      const uint64_t n = extent != extents_.end() ? extent->second : 1;
+      if (chunk_[g] != 0) {
+        if (n > 1 ? unmap_extent(g) : unmap_granule(g))
+          evicted_granules_ += n;
+        else
+          all = false;
+      }
+      g += n;
     }
     return all;
   } catch (...) {
@@ -215,14 +231,16 @@ uint64_t VmmArena::trim(uint64_t max_granules, const std::function<bool(const Fr
       if (it == runs_.end() || !it->second.mapped || it->second.count != count) continue;
       it->second.tags.prune(settled);
       if (!it->second.tags.empty()) continue;
-      const uint64_t n = std::min(count, max_granules - done);
+      // The part of the run no extent crosses (one that does also holds a live buffer).
+      const uint64_t lo = extent_up(first);
+      const uint64_t hi = extent_down(first + count);
+      if (lo >= hi) continue;
+      const uint64_t cut = extent_down(hi - std::min(hi - lo, max_granules - done));
       erase_run(it);
-      const uint64_t cut = first + count - n;
-      uint64_t unmapped = 0;
-      while (unmapped < n && unmap_granule(cut + unmapped)) ++unmapped;
+      const uint64_t unmapped = unmap_span(cut, hi);
       if (cut > first) insert_run(first, cut - first, true, {});
       if (unmapped > 0) insert_run(cut, unmapped, false, {});
-      if (unmapped < n) insert_run(cut + unmapped, n - unmapped, true, {});  // an unmap failed: still idle
+      if (cut + unmapped < first + count) insert_run(cut + unmapped, first + count - cut - unmapped, true, {});
       done += unmapped;
     }
   } catch (...) {
@@ -243,22 +261,53 @@ uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settl
       if (it == runs_.end() || !it->second.mapped || it->second.count != count) continue;
       it->second.tags.prune(settled);
       if (!it->second.tags.empty()) continue;
-      // The stale stretches of this run, last first (unmapping one splits the run below it).
       // Stale: idle through this interval and the one before, both with allocations. One is not
       // enough: cudnn.benchmark's search waits for the device between candidates whose workspaces
       // alternate between two sizes, and would unmap and map tens of GiB for every candidate.
       const auto is_stale = [&](uint64_t g) { return idle_since_[g] + 1 < interval_; };
-      std::vector<std::pair<uint64_t, uint64_t>> stale;
-      for (uint64_t g = first; g < first + count;) {
-        if (!is_stale(g)) {
+      if (std::none_of(idle_since_.begin() + static_cast<long>(first),
+                       idle_since_.begin() + static_cast<long>(first + count),
+                       [&](uint32_t since) { return since + 1 < interval_; }))
+        continue;
+      erase_run(it);  // rebuilt below from what is mapped
+      const uint64_t end = first + count;
+      // An extent inside the run (all idle: it holds no data) that is stale only in part is
+      // unmapped whole and its recent part mapped again: CUDA cannot unmap part of it.
+      for (auto e = extents_.lower_bound(first); e != extents_.end() && e->first + e->second <= end;) {
+        const auto [e_first, e_count] = *e;
+        ++e;
+        uint64_t stale = 0;
+        for (uint64_t g = e_first; g < e_first + e_count; ++g) stale += is_stale(g) ? 1 : 0;
+        if (stale == 0 || stale == e_count || !unmap_extent(e_first)) continue;
+        done += stale;
+        for (uint64_t g = e_first; g < e_first + e_count;) {
+          uint64_t recent = g;
+          while (recent < e_first + e_count && !is_stale(recent)) ++recent;
+          if (recent > g) map_window(g, recent - g);  // on failure these stay unmapped: released
+          g = recent;
+          while (g < e_first + e_count && is_stale(g)) ++g;
+        }
+        e = extents_.lower_bound(e_first + e_count);
+      }
+      // The stale stretches, less the parts an extent reaching beyond the run holds.
+      for (uint64_t g = first; g < end;) {
+        if (!is_stale(g) || chunk_[g] == 0) {
           ++g;
           continue;
         }
-        const uint64_t begin = g;
-        while (g < first + count && is_stale(g)) ++g;
-        stale.emplace_back(begin, g);
+        uint64_t stretch_end = g;
+        while (stretch_end < end && is_stale(stretch_end) && chunk_[stretch_end] != 0) ++stretch_end;
+        const uint64_t b = extent_up(g), e = extent_down(stretch_end);
+        if (b < e) done += unmap_span(b, e);
+        g = stretch_end;
       }
-      for (auto s = stale.rbegin(); s != stale.rend(); ++s) done += unmap_in_run(first, s->first, s->second);
+      for (uint64_t g = first; g < end;) {
+        const bool mapped = chunk_[g] != 0;
+        uint64_t run_end = g;
+        while (run_end < end && (chunk_[run_end] != 0) == mapped) ++run_end;
+        insert_run(g, run_end - g, mapped, {});
+        g = run_end;
+      }
     }
     // The bottom of the free list (a stack) below its low water was not used all interval.
     size_t unused = std::min(free_low_water_, free_chunks_.size());
@@ -270,19 +319,6 @@ uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settl
   }
   ++interval_;
   return done;
-}
-
-// Unmaps [begin, end) of the idle run that starts at `first` (whose tags are settled).
-uint64_t VmmArena::unmap_in_run(uint64_t first, uint64_t begin, uint64_t end) {
-  const auto it = runs_.find(first);
-  const uint64_t run_end = first + it->second.count;
-  erase_run(it);
-  uint64_t unmapped = 0;
-  while (begin + unmapped < end && unmap_granule(begin + unmapped)) ++unmapped;
-  if (begin > first) insert_run(first, begin - first, true, {});
-  if (unmapped > 0) insert_run(begin, unmapped, false, {});
-  if (begin + unmapped < run_end) insert_run(begin + unmapped, run_end - begin - unmapped, true, {});
-  return unmapped;
 }
 
 TagSet VmmArena::idle_tags() const {
@@ -341,6 +377,7 @@ VmmArena::Stats VmmArena::stats() const {
     s.chunks_free = free_chunks_.size();
     s.evicted_bytes = evicted_granules_ * granularity_;
     s.slabs = slabs_.size();
+    s.extents = extents_.size();
     uint64_t resident = 0;
     for (const auto& [offset, buffer] : buffers_) resident += buffer.evicted ? 0 : buffer.requested;
     if (s.mapped_bytes > 0) {
@@ -540,17 +577,94 @@ uint64_t VmmArena::unmapped_in(uint64_t first, uint64_t count) const {
 }
 
 bool VmmArena::map_window(uint64_t first, uint64_t count) {
-  std::vector<uint64_t> mapped_now;
-  for (uint64_t g = first; g < first + count; ++g) {
-    if (chunk_[g] != 0) continue;
-    if (map_granule(g)) {
-      mapped_now.push_back(g);
+  std::vector<uint64_t> mapped_now;  // granules, or the first of an extent
+  const auto undo = [&] {
+    for (uint64_t m : mapped_now) extents_.count(m) ? unmap_extent(m) : unmap_granule(m);
+    return false;
+  };
+  for (uint64_t g = first; g < first + count;) {
+    if (chunk_[g] != 0) {
+      ++g;
       continue;
     }
-    for (uint64_t m : mapped_now) unmap_granule(m);
-    return false;
+    uint64_t end = g;
+    while (end < first + count && chunk_[end] == 0) ++end;
+    if (extent_min_ > 1 && end - g >= extent_min_) {
+      if (!map_extent(g, end - g)) return undo();
+      mapped_now.push_back(g);
+      g = end;
+      continue;
+    }
+    for (; g < end; ++g) {
+      if (!map_granule(g)) return undo();
+      mapped_now.push_back(g);
+    }
   }
   return true;
+}
+
+bool VmmArena::map_extent(uint64_t first, uint64_t count) {
+  const Handle extent = backend_.create_extent(count);
+  if (extent == 0) return false;
+  bool mapped = false;
+  try {
+    mapped = backend_.map_extent(base_ + first * granularity_, extent, count);
+  } catch (...) {
+  }
+  if (!mapped) {
+    backend_.release_chunk(extent);
+    return false;
+  }
+  std::fill(chunk_.begin() + static_cast<long>(first), chunk_.begin() + static_cast<long>(first + count), extent);
+  extents_.emplace(first, count);
+  mapped_granules_ += count;
+  ++stats_.extents_created;
+  stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, mapped_granules_ * granularity_);
+  stats_.peak_held_bytes =
+      std::max(stats_.peak_held_bytes, (mapped_granules_ + free_chunks_.size()) * granularity_);
+  return true;
+}
+
+bool VmmArena::unmap_extent(uint64_t first) {
+  const auto it = extents_.find(first);
+  const uint64_t count = it->second;
+  const Handle extent = chunk_[first];
+  if (!backend_.unmap_extent(base_ + first * granularity_, count)) return false;
+  backend_.release_chunk(extent);
+  std::fill(chunk_.begin() + static_cast<long>(first), chunk_.begin() + static_cast<long>(first + count), Handle{0});
+  extents_.erase(it);
+  mapped_granules_ -= count;
+  return true;
+}
+
+uint64_t VmmArena::unmap_span(uint64_t begin, uint64_t end) {
+  uint64_t g = begin;
+  while (g < end) {
+    if (const auto extent = extents_.find(g); extent != extents_.end()) {
+      const uint64_t n = extent->second;
+      if (!unmap_extent(g)) break;
+      g += n;
+    } else if (unmap_granule(g)) {
+      ++g;
+    } else {
+      break;
+    }
+  }
+  return g - begin;
+}
+
+uint64_t VmmArena::extent_up(uint64_t g) const {
+  auto it = extents_.upper_bound(g);
+  if (it == extents_.begin()) return g;
+  --it;
+  return it->first < g && g < it->first + it->second ? it->first + it->second : g;
+}
+
+uint64_t VmmArena::extent_down(uint64_t g) const {
+  auto it = extents_.upper_bound(g);
+  if (it == extents_.begin()) return g;
+  --it;
+  return it->first < g && g < it->first + it->second ? it->first : g;
 }
 
 bool VmmArena::map_granule(uint64_t index) {
@@ -585,6 +699,7 @@ bool VmmArena::map_granule(uint64_t index) {
 
 bool VmmArena::unmap_granule(uint64_t index) {
   if (chunk_[index] == 0) return true;
+  if (!extents_.empty() && (extents_.count(index) || extent_up(index) != index)) return false;  // a caller's bug
   if (!backend_.unmap(base_ + index * granularity_)) return false;
   free_chunks_.push_back(chunk_[index]);
   chunk_[index] = 0;

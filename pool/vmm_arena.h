@@ -19,6 +19,14 @@
 // one granule each; an empty slab becomes an idle granule again. A large buffer never shares a
 // granule, so evicting it unmaps only its own memory.
 //
+// Extents (optional, `extent_min` granules or more): a stretch of that many fresh granules is
+// mapped as one extent, and unmapped only whole, so huge one-off buffers (cudnn.benchmark's
+// workspaces, PyTorch's probe of the free memory) cost a few calls instead of one per granule.
+// Because CUDA cannot unmap part of a mapping, trim() and end_interval() leave alone an extent
+// that a live buffer still holds part of, and evict() refuses a buffer whose extent reaches beyond
+// it; restore() maps granule by granule. So extents suit an arena without a budget, where nothing
+// is evicted.
+//
 // Knows nothing of CUDA: the backend (a CUDA one in runtime/, or a fake in tests) reserves,
 // creates, maps and unmaps. No exception leaves a public function; one mutex guards everything.
 #pragma once
@@ -53,6 +61,13 @@ class PhysicalBackend {
   // Maps one granule at `va` and makes it accessible (cuMemMap + cuMemSetAccess).
   virtual bool map(uint64_t va, Handle chunk) = 0;
   virtual bool unmap(uint64_t va) = 0;  // one granule (cuMemUnmap)
+  // Extents: `granules` granules created, mapped and made accessible by one call each. On the
+  // H100 that costs about what one granule does (granule by granule: ~80 us per 2 MiB mapped and
+  // unmapped again, so 75 GiB take 3 s). CUDA unmaps a mapping only whole: unmap_extent() takes
+  // the extent's first address and its size; release it with release_chunk() once unmapped.
+  virtual Handle create_extent(uint64_t granules) = 0;  // 0 on failure
+  virtual bool map_extent(uint64_t va, Handle extent, uint64_t granules) = 0;
+  virtual bool unmap_extent(uint64_t va, uint64_t granules) = 0;
 };
 
 // Where fresh granules go: long-lived buffers (cudaMalloc: weights, library state) low, short-lived
@@ -76,6 +91,8 @@ class VmmArena {
     uint64_t live_bytes = 0;         // sum of the requested sizes of buffers not freed (evicted included)
     uint64_t evicted_bytes = 0;      // bytes of granules of live buffers that are unmapped now
     uint64_t chunks_created = 0;     // create_chunk() successes, ever
+    uint64_t extents_created = 0;    // create_extent() successes that were mapped, ever
+    uint64_t extents = 0;            // extents mapped now
     uint64_t chunks_free = 0;        // created and unmapped now (the free list)
     uint64_t allocations = 0;        // allocate() successes
     uint64_t failures = 0;           // allocate() calls that returned nothing
@@ -90,7 +107,8 @@ class VmmArena {
   // physical_budget / granularity granules are mapped at once. If the granularity is 0 or not a
   // multiple of 512, or the reservation fails, the arena is unusable: ok() is false and every
   // allocate() fails.
-  VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget);
+  // `extent_min`: fresh stretches of at least this many granules are mapped as one extent (0: never).
+  VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget, uint64_t extent_min = 0);
   ~VmmArena();  // unmaps everything, releases every chunk, unreserves the range
   VmmArena(const VmmArena&) = delete;
   VmmArena& operator=(const VmmArena&) = delete;
@@ -107,7 +125,8 @@ class VmmArena {
   // allocate() did not return, or one already freed. Frees evicted buffers too.
   bool free(uint64_t address, const TagSet& tags = {});
   // Large buffers (whole granules) only. evict() unmaps the buffer's mapped granules (their chunks
-  // go to the free list); false if unknown, small, already evicted, or an unmap failed (the
+  // go to the free list); false if unknown, small, already evicted, held in part by an extent that
+  // reaches beyond the buffer (nothing unmapped), or an unmap failed (the
   // granules unmapped so far stay unmapped; evicting again finishes). restore() maps chunks on
   // every unmapped granule of the buffer, at the same addresses; false if unknown, small, not
   // evicted, beyond the budget (nothing mapped) or the backend failed (what was mapped stays
@@ -116,7 +135,8 @@ class VmmArena {
   bool restore(uint64_t address);
   bool is_evicted(uint64_t address) const;
   // Unmaps up to `max_granules` idle granules whose tags `settled` accepts (tags it accepts are
-  // dropped); their chunks go to the free list. Returns how many were unmapped.
+  // dropped); their chunks go to the free list (extents: released). Returns how many were
+  // unmapped: more than `max_granules` when the last one cut into an extent, which goes whole.
   uint64_t trim(uint64_t max_granules, const std::function<bool(const FreeTag&)>& settled);
   // The end of a synchronisation interval of the program (it waited for the device): unmaps the
   // idle granules that were already idle when the previous interval began, not reused since,
@@ -170,7 +190,6 @@ class VmmArena {
   void free_small(uint64_t offset, const Buffer& buffer, const TagSet& tags);
   void free_granules(uint64_t first, uint64_t count, const TagSet& tags);
   void mark_idle(uint64_t first, uint64_t count);  // idle_since_ = interval_
-  uint64_t unmap_in_run(uint64_t first, uint64_t begin, uint64_t end);  // [begin, end) of the idle run at `first`
   void insert_run(uint64_t first, uint64_t count, bool mapped, TagSet tags);
   void erase_run(std::map<uint64_t, Run>::iterator it);
   // Removes [first, first + count) from the free runs (it must lie in them), merging the tags of
@@ -181,7 +200,16 @@ class VmmArena {
   uint64_t unmapped_in(uint64_t first, uint64_t count) const;
   bool map_window(uint64_t first, uint64_t count);  // all or nothing
   bool map_granule(uint64_t index);
-  bool unmap_granule(uint64_t index);  // chunk to the free list; false (still mapped) on failure
+  bool unmap_granule(uint64_t index);  // chunk to the free list; false (still mapped) on failure or inside an extent
+  bool map_extent(uint64_t first, uint64_t count);
+  bool unmap_extent(uint64_t first);  // `first` starts an extent; its chunk is released
+  // Unmaps [begin, end), which no extent crosses; returns the granules unmapped from `begin` on
+  // before a failure (all of them without one).
+  uint64_t unmap_span(uint64_t begin, uint64_t end);
+  // g moved to the end (up) or the start (down) of an extent it lies strictly inside, so that a
+  // range [up(b), down(e)) is crossed by no extent.
+  uint64_t extent_up(uint64_t g) const;
+  uint64_t extent_down(uint64_t g) const;
   std::optional<std::pair<uint64_t, uint64_t>> large_buffer_granules(uint64_t address) const;
 
   PhysicalBackend& backend_;
@@ -189,6 +217,7 @@ class VmmArena {
   uint64_t reserved_ = 0;  // 0: unusable
   uint64_t base_ = 0;
   uint64_t max_granules_ = 0;
+  uint64_t extent_min_ = 0;  // 0: no extents
   mutable std::mutex mu_;
   std::vector<Handle> chunk_;                   // per granule; 0: unmapped
   std::vector<uint32_t> idle_since_;            // per granule: the interval in which it last became idle
@@ -202,6 +231,7 @@ class VmmArena {
   std::unordered_map<uint64_t, Slab> slabs_;      // by granule
   std::set<SmallKey> small_free_;                 // every slab's free ranges, best fit first
   std::vector<Handle> free_chunks_;
+  std::map<uint64_t, uint64_t> extents_;  // first granule -> granules; chunk_ holds the extent's handle on each
   uint64_t mapped_granules_ = 0;
   uint64_t idle_granules_ = 0;
   uint64_t evicted_granules_ = 0;

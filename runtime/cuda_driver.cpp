@@ -122,19 +122,31 @@ void VmmBackend::unreserve(uint64_t base, uint64_t bytes) {
   call(driver().cuMemAddressFree, "cuMemAddressFree", device_, CUdeviceptr{base}, bytes);
 }
 
-pool::PhysicalBackend::Handle VmmBackend::create_chunk() {
-  const uint64_t bytes = granularity();
+pool::PhysicalBackend::Handle VmmBackend::create(uint64_t bytes) {
   const CUmemAllocationProp prop = properties();
   CUmemGenericAllocationHandle chunk = 0;
-  if (bytes == 0 || !call(driver().cuMemCreate, "cuMemCreate", device_, &chunk, bytes, &prop, 0ULL)) return 0;
+  const auto create = driver().cuMemCreate;
+  if (bytes == 0 || !create) return 0;
+  // Out of memory is an answer, not a fault: the caller makes room or fails the allocation, and
+  // PyTorch probes the free memory by allocating until it succeeds.
+  if (const CUresult status = create(&chunk, bytes, &prop, 0ULL); status == CUDA_ERROR_OUT_OF_MEMORY) {
+    VCUDNN_LOG_DEBUG("CUDA driver: cuMemCreate of {} bytes: out of memory on device {}", bytes, device_);
+    return 0;
+  } else if (status != CUDA_SUCCESS) {
+    VCUDNN_WARN_LIMITED("CUDA driver: cuMemCreate failed on device {}: {}", device_, error_text(status));
+    return 0;
+  }
   return chunk;
 }
 
+pool::PhysicalBackend::Handle VmmBackend::create_chunk() { return create(granularity()); }
+
+pool::PhysicalBackend::Handle VmmBackend::create_extent(uint64_t granules) { return create(granules * granularity()); }
+
 void VmmBackend::release_chunk(Handle chunk) { call(driver().cuMemRelease, "cuMemRelease", device_, chunk); }
 
-bool VmmBackend::map(uint64_t va, Handle chunk) {
+bool VmmBackend::map_bytes(uint64_t va, Handle chunk, uint64_t bytes) {
   const Driver& d = driver();
-  const uint64_t bytes = granularity();
   if (bytes == 0 || !call(d.cuMemMap, "cuMemMap", device_, CUdeviceptr{va}, bytes, size_t{0}, chunk, 0ULL))
     return false;
   CUmemAccessDesc access{};
@@ -146,8 +158,16 @@ bool VmmBackend::map(uint64_t va, Handle chunk) {
   return false;
 }
 
-bool VmmBackend::unmap(uint64_t va) {
-  const uint64_t bytes = granularity();
+bool VmmBackend::map(uint64_t va, Handle chunk) { return map_bytes(va, chunk, granularity()); }
+
+bool VmmBackend::map_extent(uint64_t va, Handle extent, uint64_t granules) {
+  return map_bytes(va, extent, granules * granularity());
+}
+
+bool VmmBackend::unmap(uint64_t va) { return unmap_extent(va, 1); }
+
+bool VmmBackend::unmap_extent(uint64_t va, uint64_t granules) {
+  const uint64_t bytes = granules * granularity();
   return bytes != 0 && call(driver().cuMemUnmap, "cuMemUnmap", device_, CUdeviceptr{va}, bytes);
 }
 

@@ -73,9 +73,14 @@ class VmmBackend final : public pool::PhysicalBackend {
   void release_chunk(Handle chunk) override;
   bool map(uint64_t va, Handle chunk) override;  // read/write for `device`; nothing stays mapped on failure
   bool unmap(uint64_t va) override;
+  Handle create_extent(uint64_t granules) override;
+  bool map_extent(uint64_t va, Handle extent, uint64_t granules) override;
+  bool unmap_extent(uint64_t va, uint64_t granules) override;
 
  private:
   CUmemAllocationProp properties() const;
+  Handle create(uint64_t bytes);
+  bool map_bytes(uint64_t va, Handle chunk, uint64_t bytes);
   int device_;
   std::atomic<uint64_t> granularity_{0};  // cached after the first successful query
 };

@@ -18,6 +18,11 @@ constexpr int kMaxRoomRounds = 256;
 // Free chunks kept after a synchronisation (created, unmapped): enough for the next evictions'
 // room without a cuMemCreate, little enough to matter to no one.
 constexpr uint64_t kKeptFreeChunks = 64;
+// Without a budget, fresh stretches of this many granules (32 MiB on the H100) or more are mapped
+// as one extent (vmm_arena.h): cudnn.benchmark's search and PyTorch's probe of the free memory
+// allocate and free tens of GiB per convolution, which granule by granule took seconds each.
+// Under a budget every buffer must be evictable on its own, so granules stay separate.
+constexpr uint64_t kExtentMinGranules = 16;
 
 }  // namespace
 
@@ -27,7 +32,7 @@ MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend&
       device_(device),
       arena_(physical,
              config.reserve_bytes ? config.reserve_bytes : 4 * config.device_total + config.host_budget,
-             config.device_budget.value_or(config.device_total)),
+             config.device_budget.value_or(config.device_total), config.device_budget ? 0 : kExtentMinGranules),
       host_(host, config.device_budget ? config.host_budget : 0, config.host_slab_bytes),
       order_(device),
       residency_(arena_, host_, device, order_),
@@ -199,6 +204,20 @@ void MemoryManager::synchronized(const StreamOrder::Snapshot& done) {
   const uint64_t n =
       arena_.end_interval([this](const pool::FreeTag& t) { return order_.settled(t); }, kKeptFreeChunks);
   counters_.released_bytes += n * arena_.granularity();
+}
+
+uint64_t MemoryManager::trim_to(uint64_t keep_bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  reap();
+  const uint64_t g = arena_.granularity();
+  const uint64_t keep = g ? keep_bytes / g : 0;
+  const uint64_t idle = arena_.idle_bytes() / std::max<uint64_t>(g, 1);
+  const uint64_t n = idle > keep ? arena_.trim(idle - keep, [this](const pool::FreeTag& t) { return order_.settled(t); })
+                                 : 0;
+  const uint64_t mapped_idle = arena_.idle_bytes() / std::max<uint64_t>(g, 1);
+  arena_.release_free_chunks(keep > mapped_idle ? keep - mapped_idle : 0);
+  counters_.released_bytes += n * g;
+  return n * g;
 }
 
 bool MemoryManager::device_out_of_memory(const char* api) {
@@ -588,7 +607,15 @@ RestoreResult MemoryManager::restore(uint64_t address, StreamRef stream) {
 std::pair<uint64_t, uint64_t> MemoryManager::budget_info() const {
   const uint64_t cap = arena_.budget_bytes();
   const uint64_t used = arena_.mapped_bytes() - std::min(arena_.mapped_bytes(), arena_.idle_bytes());
-  return {used >= cap ? 0 : cap - used, cap};
+  const uint64_t free = used >= cap ? 0 : cap - used;
+  uint64_t live = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = live_requested_;
+  }
+  // Evicted buffers are live but hold no device memory: with them the program's own count of its
+  // bytes (PyTorch asserts free + its bytes <= total) may pass the budget; total grows to match.
+  return {free, std::max(cap, free + live)};
 }
 
 std::pair<uint64_t, uint64_t> MemoryManager::memory_info(uint64_t device_free, uint64_t device_total) const {

@@ -137,6 +137,11 @@ class MemoryManager {
   // cudaMallocAsync's pool gives memory back at synchronisation.
   StreamOrder::Snapshot stream_marks(std::optional<Stream> stream) const { return order_.snapshot(stream); }
   void synchronized(const StreamOrder::Snapshot& done);
+  // cudaMemPoolTrimTo (torch.cuda.empty_cache() under cudaMallocAsync, and cudnn.benchmark's
+  // search after each convolution): idle memory whose frees are settled is unmapped and free chunks
+  // released until at most `keep_bytes` of both stay; no waiting, as the driver's own trim does not
+  // wait. Returns the bytes unmapped.
+  uint64_t trim_to(uint64_t keep_bytes);
   // A call that allocates device memory on its own (a kernel's code or local memory, a stream)
   // failed for lack of it: vcudnn gives back its idle memory (waiting for the frees that left it,
   // counted) and its free chunks. true when it gave any: the caller retries once.
@@ -147,7 +152,8 @@ class MemoryManager {
   EvictResult evict(uint64_t address);
   RestoreResult restore(uint64_t address, StreamRef stream);
 
-  // cudaMemGetInfo under a budget: (budget - mapped + idle, budget). Without one: the device's own
+  // cudaMemGetInfo under a budget: (budget - mapped + idle, budget), the total raised to free + the
+  // live bytes while evicted buffers make them exceed the budget. Without one: the device's own
   // numbers plus the idle and free-listed memory vcudnn would give back for an allocation.
   std::pair<uint64_t, uint64_t> budget_info() const;
   std::pair<uint64_t, uint64_t> memory_info(uint64_t device_free, uint64_t device_total) const;

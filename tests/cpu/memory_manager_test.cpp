@@ -148,6 +148,21 @@ TEST_CASE("memory manager: cudaMemGetInfo counts idle memory as free", "[memory]
   CHECK(budgeted.budget_info() == std::make_pair(10 * kMiB, 16 * kMiB));
   CHECK(budgeted.free(*b, stream_n(1)));
   CHECK(budgeted.budget_info() == std::make_pair(16 * kMiB, 16 * kMiB));
+
+  // Live bytes beyond the budget (evicted buffers): PyTorch's cudaMallocAsync backend asserts
+  // free + its own bytes <= total, so the total grows with them.
+  std::vector<uint64_t> live;
+  for (int i = 0; i < 3; ++i) {
+    const auto c = budgeted.allocate(6 * kMiB, stream_n(1), Origin::kFramework);
+    REQUIRE(c);
+    live.push_back(*c);
+  }
+  const auto [free, total] = budgeted.budget_info();
+  CHECK(budgeted.stats().evicted_now > 0);
+  CHECK(free + 18 * kMiB <= total);
+  CHECK(total > 16 * kMiB);
+  for (uint64_t c : live) CHECK(budgeted.free(c, stream_n(1)));
+  CHECK(budgeted.budget_info().second == 16 * kMiB);
 }
 
 TEST_CASE("memory manager: over the budget, the least recently used buffer goes to the host and comes back intact, "
@@ -617,6 +632,52 @@ TEST_CASE("memory manager: chains on four streams over 4x the budget keep every 
   CHECK(failures.load() == 0);
   CHECK_MSG_ERRORS(dev);
   CHECK(m.stats().evictions > 0);
+}
+
+// cudnn.benchmark's search under cudaMallocAsync: PyTorch probes the free memory by allocating
+// it (cudaMemGetInfo's answer, which counts vcudnn's idle memory as free), frees it, and after the
+// search empties its cache (cudaDeviceSynchronize, then cudaMemPoolTrimTo(pool, 0)). The probe is
+// one extent; the trim gives back every settled idle byte and free chunk, and nothing in flight.
+TEST_CASE("memory manager: cudaMemPoolTrimTo gives back settled idle memory, without waiting", "[memory]") {
+  Active on;
+  SimDevice dev(kG, UINT64_MAX);
+  MemoryManager m(dev, dev, dev, config(std::nullopt));
+  Program p{m, dev};
+  const uint64_t card = 512 * kMiB;
+  const auto [free_before, total] = m.memory_info(card, card);
+  CHECK(free_before == card);
+  const auto probe = m.allocate(400 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(probe);
+  REQUIRE(m.free(*probe, stream_n(1)));
+  CHECK(m.memory_info(card - 400 * kMiB, card).first == card);  // idle counts as free
+  const auto kept = m.allocate(8 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(kept);
+  CHECK(m.stats().fresh_bytes == 400 * kMiB);  // carved from the idle probe
+  // Work queued on the probe's memory is not done: nothing of it may go yet.
+  REQUIRE(p.write(*kept, 8 * kMiB, 1, stream_n(1)));
+  REQUIRE(m.free(*kept, stream_n(1)));
+  CHECK(m.trim_to(0) == 0);
+  CHECK(m.stats().mapped == 400 * kMiB);
+  // The program waits for the device (cudaDeviceSynchronize), then trims.
+  const auto marks = m.stream_marks(std::nullopt);
+  dev.run_all();
+  m.synchronized(marks);
+  CHECK(m.trim_to(0) == 400 * kMiB);
+  CHECK(m.stats().mapped == 0);
+  CHECK(dev.mapped_granules() == 0);
+  CHECK(m.stats().released_bytes >= 400 * kMiB);
+  // trim_to(keep) keeps about that much.
+  const auto again = m.allocate(100 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(again);
+  REQUIRE(m.free(*again, stream_n(1)));
+  const auto marks2 = m.stream_marks(std::nullopt);
+  dev.run_all();
+  m.synchronized(marks2);
+  CHECK(m.trim_to(40 * kMiB) > 0);
+  CHECK(m.stats().idle <= 40 * kMiB + 32 * kMiB);  // an extent goes whole
+  CHECK(m.host_waits().total() == 0);
+  INFO(m.summary());
+  CHECK_MSG_ERRORS(dev);
 }
 
 // cudnn.benchmark's search frees workspaces of up to the whole card once; a training loop then

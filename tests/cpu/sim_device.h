@@ -53,7 +53,10 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   void release_chunk(Handle h) override {
     std::lock_guard<std::mutex> lock(mu_);
-    chunks_.erase(h);
+    const auto extent = extents_.find(h);
+    const uint64_t n = extent != extents_.end() ? extent->second : 1;
+    for (uint64_t i = 0; i < n; ++i) chunks_.erase(h + i);
+    if (extent != extents_.end()) extents_.erase(extent);
   }
   bool map(uint64_t va, Handle h) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -66,15 +69,41 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   bool unmap(uint64_t va) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [s, q] : queues_) {
-      for (const Op& op : q) {
-        if (op.touches(va, g_))
-          error("unmap of granule " + std::to_string((va - kBase) / g_) + " that queued work (kind " +
-                std::to_string(op.kind) + " on stream " + std::to_string(reinterpret_cast<uintptr_t>(s)) +
-                ") still touches");
-      }
+    if (extent_of_.count(va)) error("unmap of one granule of an extent");
+    unmap_locked(va);
+    return true;
+  }
+  // An extent is `granules` chunks of one granule each here, mapped and unmapped together.
+  Handle create_extent(uint64_t granules) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Handle h = next_chunk_;
+    for (uint64_t i = 0; i < granules; ++i) chunks_[next_chunk_++];
+    extents_[h] = granules;
+    return h;
+  }
+  bool map_extent(uint64_t va, Handle h, uint64_t granules) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (extents_.count(h) == 0 || extents_[h] != granules) error("map_extent of a bad extent");
+    for (uint64_t i = 0; i < granules; ++i) {
+      if (mapped_.count(va + i * g_)) error("double map");
+      mapped_[va + i * g_] = h + i;
+      chunks_[h + i].clear();
+      extent_of_[va + i * g_] = va;
     }
-    if (!mapped_.erase(va)) error("unmap of an unmapped VA");
+    if (mapped_.size() > limit_) error("budget exceeded: " + std::to_string(mapped_.size()) + " granules mapped");
+    peak_mapped_ = std::max<uint64_t>(peak_mapped_, mapped_.size());
+    return true;
+  }
+  bool unmap_extent(uint64_t va, uint64_t granules) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t i = 0; i < granules; ++i) {
+      const auto e = extent_of_.find(va + i * g_);
+      if (e == extent_of_.end() || e->second != va) error("unmap_extent of something not a whole extent");
+      if (e != extent_of_.end()) extent_of_.erase(e);
+      unmap_locked(va + i * g_);
+    }
+    if (extent_of_.count(va + granules * g_) && extent_of_[va + granules * g_] == va)
+      error("unmap_extent of part of an extent");
     return true;
   }
 
@@ -291,6 +320,18 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     }
   }
 
+  void unmap_locked(uint64_t va) {
+    for (const auto& [s, q] : queues_) {
+      for (const Op& op : q) {
+        if (op.touches(va, g_))
+          error("unmap of granule " + std::to_string((va - kBase) / g_) + " that queued work (kind " +
+                std::to_string(op.kind) + " on stream " + std::to_string(reinterpret_cast<uintptr_t>(s)) +
+                ") still touches");
+      }
+    }
+    if (!mapped_.erase(va)) error("unmap of an unmapped VA");
+  }
+
   bool copy(uint8_t* host, uint64_t va, uint64_t bytes, bool to_host, const char* what) {
     for (uint64_t done = 0; done < bytes;) {
       const uint64_t at = va + done;
@@ -320,6 +361,8 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   Handle next_chunk_ = 1;
   std::map<Handle, std::vector<uint8_t>> chunks_;
   std::map<uint64_t, Handle> mapped_;
+  std::map<Handle, uint64_t> extents_;      // first chunk -> granules
+  std::map<uint64_t, uint64_t> extent_of_;  // mapped va -> its extent's first va
   uint64_t peak_mapped_ = 0;
   std::vector<std::unique_ptr<uint8_t[]>> host_;
   uintptr_t next_event_ = 1;
