@@ -82,185 +82,25 @@ cudnnStatus_t vcudnnGetStream(vcudnnHandle_t handle, cudaStream_t* stream) {
       [&] { return Engine::get().get_stream(scope, unwrap(handle), stream); });
 }
 
-cudnnStatus_t vcudnnConvolutionForward(vcudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xDesc,
-                                       const void* x, const cudnnFilterDescriptor_t wDesc, const void* w,
-                                       const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
-                                       void* ws, size_t wsSize, const void* beta, const cudnnTensorDescriptor_t yDesc,
-                                       void* y, vcudnnLayerId_t layer) {
-  return run(HookId::conv_fwd, true,
-             forward_call(unwrap(h), alpha, xDesc, x, wDesc, w, convDesc, algo, ws, wsSize, beta, yDesc, y, layer));
-}
-
-cudnnStatus_t vcudnnConvolutionBackwardData(vcudnnHandle_t h, const void* alpha, const cudnnFilterDescriptor_t wDesc,
-                                            const void* w, const cudnnTensorDescriptor_t dyDesc, const void* dy,
-                                            const cudnnConvolutionDescriptor_t convDesc,
-                                            cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t wsSize,
-                                            const void* beta, const cudnnTensorDescriptor_t dxDesc, void* dx,
-                                            vcudnnLayerId_t layer) {
-  return run(
-      HookId::conv_bwd_data, true,
-      backward_data_call(unwrap(h), alpha, wDesc, w, dyDesc, dy, convDesc, algo, ws, wsSize, beta, dxDesc, dx, layer));
-}
-
-cudnnStatus_t vcudnnConvolutionBackwardFilter(vcudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xDesc,
-                                              const void* x, const cudnnTensorDescriptor_t dyDesc, const void* dy,
-                                              const cudnnConvolutionDescriptor_t convDesc,
-                                              cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t wsSize,
-                                              const void* beta, const cudnnFilterDescriptor_t dwDesc, void* dw,
-                                              vcudnnLayerId_t layer) {
-  return run(HookId::conv_bwd_filter, true,
-             backward_filter_call(unwrap(h), alpha, xDesc, x, dyDesc, dy, convDesc, algo, ws, wsSize, beta, dwDesc, dw,
-                                  layer));
-}
-
-cudnnStatus_t vcudnnGetConvolutionForwardAlgorithm_v7(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                      const cudnnFilterDescriptor_t wDesc,
-                                                      const cudnnConvolutionDescriptor_t convDesc,
-                                                      const cudnnTensorDescriptor_t yDesc, const int requested,
-                                                      int* returned, cudnnConvolutionFwdAlgoPerf_t* perf,
-                                                      vcudnnLayerId_t layer) {
-  return run(HookId::get_algo_v7_fwd, true,
-             algo_query(ConvKind::kForward, QueryVariant::kGetV7, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, requested,
-                        returned, perf, layer));
-}
-
-cudnnStatus_t vcudnnGetConvolutionBackwardDataAlgorithm_v7(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
-                                                           const cudnnTensorDescriptor_t dyDesc,
-                                                           const cudnnConvolutionDescriptor_t convDesc,
-                                                           const cudnnTensorDescriptor_t dxDesc, const int requested,
-                                                           int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf,
-                                                           vcudnnLayerId_t layer) {
-  return run(HookId::get_algo_v7_bwd_data, true,
-             algo_query(ConvKind::kBackwardData, QueryVariant::kGetV7, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc},
-                        requested, returned, perf, layer));
-}
-
-cudnnStatus_t vcudnnGetConvolutionBackwardFilterAlgorithm_v7(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                             const cudnnTensorDescriptor_t dyDesc,
-                                                             const cudnnConvolutionDescriptor_t convDesc,
-                                                             const cudnnFilterDescriptor_t dwDesc, const int requested,
-                                                             int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf,
-                                                             vcudnnLayerId_t layer) {
-  return run(HookId::get_algo_v7_bwd_filter, true,
-             algo_query(ConvKind::kBackwardFilter, QueryVariant::kGetV7, unwrap(h), {xDesc, dwDesc, convDesc, dyDesc},
-                        requested, returned, perf, layer));
-}
-
-cudnnStatus_t vcudnnFindConvolutionForwardAlgorithm(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                    const cudnnFilterDescriptor_t wDesc,
-                                                    const cudnnConvolutionDescriptor_t convDesc,
-                                                    const cudnnTensorDescriptor_t yDesc, const int requested,
-                                                    int* returned, cudnnConvolutionFwdAlgoPerf_t* perf,
-                                                    vcudnnLayerId_t layer) {
-  return run(HookId::find_algo_fwd, true,
-             algo_query(ConvKind::kForward, QueryVariant::kFind, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, requested,
-                        returned, perf, layer));
-}
-
-cudnnStatus_t vcudnnFindConvolutionBackwardDataAlgorithm(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
-                                                         const cudnnTensorDescriptor_t dyDesc,
-                                                         const cudnnConvolutionDescriptor_t convDesc,
-                                                         const cudnnTensorDescriptor_t dxDesc, const int requested,
-                                                         int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf,
-                                                         vcudnnLayerId_t layer) {
-  return run(HookId::find_algo_bwd_data, true,
-             algo_query(ConvKind::kBackwardData, QueryVariant::kFind, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc},
-                        requested, returned, perf, layer));
-}
-
-cudnnStatus_t vcudnnFindConvolutionBackwardFilterAlgorithm(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                           const cudnnTensorDescriptor_t dyDesc,
-                                                           const cudnnConvolutionDescriptor_t convDesc,
-                                                           const cudnnFilterDescriptor_t dwDesc, const int requested,
-                                                           int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf,
-                                                           vcudnnLayerId_t layer) {
-  return run(HookId::find_algo_bwd_filter, true,
-             algo_query(ConvKind::kBackwardFilter, QueryVariant::kFind, unwrap(h), {xDesc, dwDesc, convDesc, dyDesc},
-                        requested, returned, perf, layer));
-}
-
-cudnnStatus_t vcudnnFindConvolutionForwardAlgorithmEx(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                      const void* x, const cudnnFilterDescriptor_t wDesc, const void* w,
-                                                      const cudnnConvolutionDescriptor_t convDesc,
-                                                      const cudnnTensorDescriptor_t yDesc, void* y, const int requested,
-                                                      int* returned, cudnnConvolutionFwdAlgoPerf_t* perf, void* ws,
-                                                      size_t wsSize, vcudnnLayerId_t layer) {
-  return run(HookId::find_algo_ex_fwd, true,
-             find_ex_query(ConvKind::kForward, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, x, w, y, requested, returned,
-                           perf, ws, wsSize, layer));
-}
-
-cudnnStatus_t vcudnnFindConvolutionBackwardDataAlgorithmEx(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
-                                                           const void* w, const cudnnTensorDescriptor_t dyDesc,
-                                                           const void* dy, const cudnnConvolutionDescriptor_t convDesc,
-                                                           const cudnnTensorDescriptor_t dxDesc, void* dx,
-                                                           const int requested, int* returned,
-                                                           cudnnConvolutionBwdDataAlgoPerf_t* perf, void* ws,
-                                                           size_t wsSize, vcudnnLayerId_t layer) {
-  return run(HookId::find_algo_ex_bwd_data, true,
-             find_ex_query(ConvKind::kBackwardData, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc}, dx, w, dy, requested,
-                           returned, perf, ws, wsSize, layer));
-}
-
-cudnnStatus_t vcudnnFindConvolutionBackwardFilterAlgorithmEx(
-    vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t dyDesc,
-    const void* dy, const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void* dw,
-    const int requested, int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf, void* ws, size_t wsSize,
-    vcudnnLayerId_t layer) {
-  return run(HookId::find_algo_ex_bwd_filter, true,
-             find_ex_query(ConvKind::kBackwardFilter, unwrap(h), {xDesc, dwDesc, convDesc, dyDesc}, x, dw, dy,
-                           requested, returned, perf, ws, wsSize, layer));
-}
-
-cudnnStatus_t vcudnnGetConvolutionForwardWorkspaceSize(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                       const cudnnFilterDescriptor_t wDesc,
-                                                       const cudnnConvolutionDescriptor_t convDesc,
-                                                       const cudnnTensorDescriptor_t yDesc,
-                                                       cudnnConvolutionFwdAlgo_t algo, size_t* size,
-                                                       vcudnnLayerId_t layer) {
-  return run(HookId::ws_size_fwd, true,
-             WorkspaceQuery{
-                 ConvKind::kForward, unwrap(h), {xDesc, wDesc, convDesc, yDesc}, static_cast<int>(algo), size, layer});
-}
-
-cudnnStatus_t vcudnnGetConvolutionBackwardDataWorkspaceSize(vcudnnHandle_t h, const cudnnFilterDescriptor_t wDesc,
-                                                            const cudnnTensorDescriptor_t dyDesc,
-                                                            const cudnnConvolutionDescriptor_t convDesc,
-                                                            const cudnnTensorDescriptor_t dxDesc,
-                                                            cudnnConvolutionBwdDataAlgo_t algo, size_t* size,
-                                                            vcudnnLayerId_t layer) {
-  return run(
-      HookId::ws_size_bwd_data, true,
-      WorkspaceQuery{
-          ConvKind::kBackwardData, unwrap(h), {dxDesc, wDesc, convDesc, dyDesc}, static_cast<int>(algo), size, layer});
-}
-
-cudnnStatus_t vcudnnGetConvolutionBackwardFilterWorkspaceSize(vcudnnHandle_t h, const cudnnTensorDescriptor_t xDesc,
-                                                              const cudnnTensorDescriptor_t dyDesc,
-                                                              const cudnnConvolutionDescriptor_t convDesc,
-                                                              const cudnnFilterDescriptor_t gradDesc,
-                                                              cudnnConvolutionBwdFilterAlgo_t algo, size_t* size,
-                                                              vcudnnLayerId_t layer) {
-  return run(HookId::ws_size_bwd_filter, true,
-             WorkspaceQuery{ConvKind::kBackwardFilter,
-                            unwrap(h),
-                            {xDesc, gradDesc, convDesc, dyDesc},
-                            static_cast<int>(algo),
-                            size,
-                            layer});
-}
-
-cudnnStatus_t vcudnnGetConvolutionForwardAlgorithmMaxCount(vcudnnHandle_t h, int* count) {
-  return run(HookId::max_count_fwd, true, MaxCountQuery{ConvKind::kForward, unwrap(h), count});
-}
-
-cudnnStatus_t vcudnnGetConvolutionBackwardDataAlgorithmMaxCount(vcudnnHandle_t h, int* count) {
-  return run(HookId::max_count_bwd_data, true, MaxCountQuery{ConvKind::kBackwardData, unwrap(h), count});
-}
-
-cudnnStatus_t vcudnnGetConvolutionBackwardFilterAlgorithmMaxCount(vcudnnHandle_t h, int* count) {
-  return run(HookId::max_count_bwd_filter, true, MaxCountQuery{ConvKind::kBackwardFilter, unwrap(h), count});
-}
+// The convolution family: one row each in runtime/cudnn_api.def, as the cuDNN hooks.
+#define VCUDNN_UNPAREN(...) __VA_ARGS__
+#define VCUDNN_HANDLE unwrap(h)
+#define VCUDNN_LAYER layer
+#define VCUDNN_LAYER_PARAM_layered , vcudnnLayerId_t layer
+#define VCUDNN_LAYER_PARAM_unlayered
+#define VCUDNN_CUDNN_HOOK(short_name, fn)
+#define VCUDNN_CUDNN_CONV(short_name, fn, params, call, layered)                                  \
+  cudnnStatus_t v##fn(vcudnnHandle_t h, VCUDNN_UNPAREN params VCUDNN_LAYER_PARAM_##layered) { \
+    return run(HookId::short_name, true, call);                                                \
+  }
+#include "runtime/cudnn_api.def"
+#undef VCUDNN_CUDNN_CONV
+#undef VCUDNN_CUDNN_HOOK
+#undef VCUDNN_LAYER_PARAM_unlayered
+#undef VCUDNN_LAYER_PARAM_layered
+#undef VCUDNN_LAYER
+#undef VCUDNN_HANDLE
+#undef VCUDNN_UNPAREN
 
 cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, const cudnnTensorDescriptor_t xDesc,
                                            const cudnnFilterDescriptor_t wDesc,

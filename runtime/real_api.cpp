@@ -103,49 +103,9 @@ void bind(const Source& s, LibraryInfo& info, Fn& slot, const char* name) {
   }
 }
 
-struct CudnnState {
-  RealCudnn fns;
-  LibraryInfo info;
-};
-
-struct CudartState {
-  RealCudart fns;
-  LibraryInfo info;
-};
-
-// NoDestroy: hooks and the exit handler may run after static destructors.
-CudnnState& cudnn_state() {
-  static NoDestroy<CudnnState> holder;
-  CudnnState& st = holder.get();
-  static std::once_flag once;
-  std::call_once(once, [&st] {
-    Source s = find_source({"cuDNN", {"libcudnn.so.9"}, "cudnnGetVersion", options().get(kCudnnLibrary)});
-    st.info = s.info;
-#define VCUDNN_CUDNN_HOOK(short_name, fn) bind(s, st.info, st.fns.fn, #fn);
-#define VCUDNN_CUDNN_USED(fn) bind(s, st.info, st.fns.fn, #fn);
-#include "runtime/cudnn_api.def"
-#undef VCUDNN_CUDNN_HOOK
-#undef VCUDNN_CUDNN_USED
-  });
-  return st;
-}
-
-CudartState& cudart_state() {
-  static NoDestroy<CudartState> holder;
-  CudartState& st = holder.get();
-  static std::once_flag once;
-  std::call_once(once, [&st] {
-    Source s = find_source(
-        {"CUDA runtime", {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}, "cudaRuntimeGetVersion", ""});
-    st.info = s.info;
-#define VCUDNN_CUDART_USED(fn) bind(s, st.info, st.fns.fn, #fn);
-#include "runtime/cudart_api.def"
-#undef VCUDNN_CUDART_USED
-  });
-  return st;
-}
-
-Source& other_source(Library lib) {
+// One Source per library, found once (Note [Resolving the real libraries]): the typed tables below,
+// the hooks' own lookups (real_symbol) and the driver table (cuda_driver.cpp) all bind from it.
+Source& source(Library lib) {
   static NoDestroy<std::array<Source, 5>> holder;
   static std::array<std::once_flag, 5> once;
   const auto i = static_cast<size_t>(lib);
@@ -174,16 +134,58 @@ Source& other_source(Library lib) {
   return holder.get()[i];
 }
 
+// The typed tables: the library's Source, and its info counting the names that table missed.
+struct CudnnState {
+  RealCudnn fns;
+  LibraryInfo info;
+};
+
+struct CudartState {
+  RealCudart fns;
+  LibraryInfo info;
+};
+
+// NoDestroy: hooks and the exit handler may run after static destructors.
+CudnnState& cudnn_state() {
+  static NoDestroy<CudnnState> holder;
+  CudnnState& st = holder.get();
+  static std::once_flag once;
+  std::call_once(once, [&st] {
+    const Source& s = source(Library::kCudnn);
+    st.info = s.info;
+#define VCUDNN_CUDNN_HOOK(short_name, fn) bind(s, st.info, st.fns.fn, #fn);
+#define VCUDNN_CUDNN_USED(fn) bind(s, st.info, st.fns.fn, #fn);
+#include "runtime/cudnn_api.def"
+#undef VCUDNN_CUDNN_HOOK
+#undef VCUDNN_CUDNN_USED
+  });
+  return st;
+}
+
+CudartState& cudart_state() {
+  static NoDestroy<CudartState> holder;
+  CudartState& st = holder.get();
+  static std::once_flag once;
+  std::call_once(once, [&st] {
+    const Source& s = source(Library::kCudart);
+    st.info = s.info;
+#define VCUDNN_CUDART_USED(fn) bind(s, st.info, st.fns.fn, #fn);
+#include "runtime/cudart_api.def"
+#undef VCUDNN_CUDART_USED
+  });
+  return st;
+}
+
 }  // namespace
 
 void* real_symbol(Library lib, const char* name) {
-  const Source& s = other_source(lib);
+  const Source& s = source(lib);
   if (!s.handle) return nullptr;
   void* p = dlsym(s.handle, name);
   return p && !in_self(p) ? p : nullptr;
 }
 
-const LibraryInfo& library_info(Library lib) { return other_source(lib).info; }
+const LibraryInfo& library_info(Library lib) { return source(lib).info; }
 
 const RealCudnn& real() { return cudnn_state().fns; }
 const RealCudart& real_cudart() { return cudart_state().fns; }

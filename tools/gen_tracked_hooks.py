@@ -9,7 +9,9 @@ CUDA upgrade, from the repository root, with
 
     python3 tools/gen_tracked_hooks.py [--include /usr/local/cuda/include] [--lib DIR]
 
-(stdlib only; needs `nm` from binutils). CMake never runs it.
+(stdlib only; needs `nm` from binutils). CMake never runs it to write; `--check` (a CPU test) fails
+when the committed files differ from what it would write, and exits 77 (skipped) when the headers,
+libraries or `nm` are missing.
 
 Selection, from the prototypes in the installed headers:
   cuDNN    (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h, cudnn_adv.h): functions returning cudnnStatus_t
@@ -17,32 +19,21 @@ Selection, from the prototypes in the installed headers:
   cuBLAS   (cublas_api.h, as cublas_v2.h includes it): functions returning cublasStatus_t with a
            pointer parameter other than a cublasHandle_t *;
   cuBLASLt (cublasLt.h): functions returning cublasStatus_t with a `void *`/`const void *` parameter;
-less the functions hooked by hand (runtime/cudnn_api.def's VCUDNN_CUDNN_HOOK rows, and
-interpose/library_hooks.cpp: HAND_WRITTEN), and less names the real library does not export
-(`nm -D --defined-only`): a hook for a function the library lacks could only fail.
+less the functions hooked by hand, read from the sources themselves (no list to keep in step):
+runtime/cudnn_api.def's rows and every function returning cudnnStatus_t or cublasStatus_t
+defined in interpose/*.cpp (library_hooks.cpp: those that keep pointers beyond the call), and
+less names the real library does not export (`nm -D --defined-only`): a hook for a function the
+library lacks could only fail.
 """
 
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Hooked in interpose/library_hooks.cpp: they keep pointers beyond the call (pin / remember).
-HAND_WRITTEN = {
-    "cudnnBackendSetAttribute",
-    "cudnnBackendExecute",
-    "cudnnBackendDestroyDescriptor",
-    "cudnnSetDropoutDescriptor",
-    "cudnnRestoreDropoutDescriptor",
-    "cudnnSetFusedOpsVariantParamPackAttribute",
-    "cudnnFusedOpsExecute",
-    "cudnnDestroyFusedOpsVariantParamPack",
-    "cublasSetWorkspace_v2",
-    "cublasLtMatmulDescSetAttribute",
-}
 
 # library: (headers, status type, Library enumerator, library file the names are checked in, output)
 LIBRARIES = {
@@ -118,9 +109,19 @@ def exported_names(lib_dir, soname):
     return {line.split()[-1].split("@")[0] for line in out.splitlines() if len(line.split()) >= 3}
 
 
-def hand_hooked_cudnn():
+def hand_written():
+    """The library functions vcudnn defines by hand: runtime/cudnn_api.def's rows (the cuDNN hooks
+    and the convolution family, expanded by macros) and the definitions, at the start of a line,
+    of functions returning a cuDNN or cuBLAS status in interpose/*.cpp."""
     text = open(os.path.join(REPO, "runtime", "cudnn_api.def"), encoding="utf-8").read()
-    return set(re.findall(r"^VCUDNN_CUDNN_HOOK\(\s*\w+\s*,\s*(\w+)\s*\)", text, flags=re.M))
+    names = set(re.findall(r"^VCUDNN_CUDNN_(?:HOOK|CONV_ROW)\(\s*\w+\s*,\s*(\w+)", text, flags=re.M))
+    folder = os.path.join(REPO, "interpose")
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".cpp"):
+            source = strip_source(open(os.path.join(folder, name), encoding="utf-8").read())
+            names |= set(re.findall(r"^(?:cudnnStatus_t|cublasStatus_t)\s+(\w+)\s*\([^;]*?\)\s*\{", source,
+                                    flags=re.M | re.S))
+    return names
 
 
 def v2_macros(include_dir):
@@ -197,11 +198,14 @@ def render(lib, functions, include_dir, headers, soname, enumerator, status):
     return "\n".join(lines)
 
 
-def find_lib_dir(include_dir):
+def find_lib_dir(include_dir, check=False):
     root = os.path.dirname(os.path.abspath(include_dir))
     for sub in ("lib64", "lib", "targets/x86_64-linux/lib"):
         if os.path.exists(os.path.join(root, sub, "libcudnn.so.9")):
             return os.path.join(root, sub)
+    if check:
+        print(f"skipped: libcudnn.so.9 not found under {root}")
+        sys.exit(77)
     sys.exit(f"libcudnn.so.9 not found under {root}: pass --lib")
 
 
@@ -210,9 +214,23 @@ def main():
     ap.add_argument("--include", default="/usr/local/cuda/include", help="folder with cudnn*.h, cublas*.h")
     ap.add_argument("--lib", help="folder with libcudnn.so.9, libcublas.so.13, libcublasLt.so.13")
     ap.add_argument("--out", default=os.path.join(REPO, "interpose", "generated"))
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the files in --out differ from what would be written")
     args = ap.parse_args()
-    lib_dir = args.lib or find_lib_dir(args.include)
-    skip = HAND_WRITTEN | hand_hooked_cudnn()
+    if args.check:
+        missing = [h for lib in LIBRARIES.values() for h in lib[0] if not os.path.exists(os.path.join(args.include, h))]
+        if missing or shutil.which("nm") is None:
+            print(f"skipped: {'missing headers ' + ', '.join(missing) if missing else 'no nm'}")
+            sys.exit(77)
+    lib_dir = args.lib or find_lib_dir(args.include, args.check)
+    absent = [lib[3] for lib in LIBRARIES.values() if not os.path.exists(os.path.join(lib_dir, lib[3]))]
+    if absent:
+        if args.check:
+            print(f"skipped: {', '.join(absent)} not in {lib_dir}")
+            sys.exit(77)
+        sys.exit(f"{', '.join(absent)} not in {lib_dir}: pass --lib")
+    skip = hand_written()
+    stale = []
     macros = v2_macros(args.include)
     for lib, (headers, status, enumerator, soname, out_name) in LIBRARIES.items():
         declared = {}
@@ -226,10 +244,20 @@ def main():
         renamed = [fn.name for fn in functions if fn.name in macros]
         if renamed:
             sys.exit(f"{lib}: cublas_v2.h renames {renamed}: the hooks would be misnamed")
-        with open(os.path.join(args.out, out_name), "w", encoding="utf-8") as f:
-            f.write(render(lib, functions, args.include, headers, soname, enumerator, status))
+        text = render(lib, functions, args.include, headers, soname, enumerator, status)
+        path = os.path.join(args.out, out_name)
+        if args.check:
+            old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+            if old != text:
+                stale.append(out_name)
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
         print(f"{out_name}: {len(functions)} hooks ({len(missing)} declared but not exported by {soname}"
               + (f": {', '.join(missing)}" if missing else "") + ")")
+    if stale:
+        sys.exit(f"out of date: {', '.join(stale)} (the hand-written hooks, the headers or the libraries changed): "
+                 "rerun python3 tools/gen_tracked_hooks.py")
 
 
 if __name__ == "__main__":
