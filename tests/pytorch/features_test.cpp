@@ -38,9 +38,12 @@ TEST_CASE("cudnn.benchmark=True: mobilenet_v3_small trains owned and under a 60%
   const TrainSpec spec{"mobilenet_v3_small", 32, 5, {"--benchmark", "--classes", "1000"}, {}};
   const TrainRun alone = train_model(spec, "alone", tmp);
   require_trained(alone, 5);
-  // The search picks algorithms by timing, so runs may differ. Bitwise when PyTorch alone is
-  // deterministic run to run; else within 10x its own spread (at least 1e-4 relative: fp32
-  // without TF32 over 4 steps). A second run of PyTorch alone is made only when needed.
+  // The search picks algorithms by timing (one sample each), so runs may differ: within 10x PyTorch
+  // alone's own spread, and at least 1e-4 relative (fp32 without TF32 over 5 steps: the
+  // reassociation of another algorithm). Two runs of PyTorch alone may agree bit for bit and a run
+  // under vcudnn still pick other algorithms: vcudnn changes the timings the search sees (its
+  // tracking, VMM-mapped memory). That is reported, not failed; bitwise equality under ownership
+  // and eviction is checked where the algorithms are fixed (offload_test.cpp).
   std::optional<TrainRun> again;
   const auto same_losses = [&](const TrainRun& r) {
     if (r.result.at("losses") == alone.result.at("losses")) return true;
@@ -49,8 +52,11 @@ TEST_CASE("cudnn.benchmark=True: mobilenet_v3_small trains owned and under a 60%
       require_trained(*again, 5);
       WARN("PyTorch alone, run to run: " << max_gap(alone.losses(), again->losses()));
     }
-    if (again->result.at("losses") == alone.result.at("losses")) return false;  // deterministic: bitwise
-    return max_gap(alone.losses(), r.losses()) <= std::max(1e-4, 10 * max_gap(alone.losses(), again->losses()));
+    const double gap = max_gap(alone.losses(), r.losses());
+    if (again->result.at("losses") == alone.result.at("losses"))
+      WARN("PyTorch alone agreed bit for bit run to run; under vcudnn the losses differ by " << gap
+                                                                                            << " (other algorithms chosen)");
+    return gap <= std::max(1e-4, 10 * max_gap(alone.losses(), again->losses()));
   };
   const uint64_t steady_reserved = alone.result.at("steady_max_memory_reserved").get<uint64_t>();
   const uint64_t steady_live = alone.result.at("steady_max_memory_allocated").get<uint64_t>();
