@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "planner/output_file.h"
+
 namespace vcudnn {
 namespace {
 
@@ -212,24 +214,14 @@ Result<Trace> read_trace(const std::string& path) {
 }
 
 Status write_trace(const Trace& trace, const std::string& path) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string text;
   try {
     // Invalid UTF-8 (a program name, say) is replaced rather than thrown on.
-    const std::string text = nlohmann::json(trace).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Error{"cannot write " + tmp};
-    out << text << '\n';
-    if (!out.flush()) return Error{"write to " + tmp + " failed"};
+    text = nlohmann::json(trace).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   } catch (const std::exception& e) {
     return Error{std::string("cannot serialise the trace: ") + e.what()};
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return Error{"cannot rename " + tmp + " to " + path};
-  }
-  return ok_status();
+  return write_output_file(path, text);
 }
 
 }  // namespace vcudnn

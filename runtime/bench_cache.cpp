@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -17,7 +18,16 @@
 namespace vcudnn {
 namespace {
 
+// Per statement once the cache is open (lookups and stores of other processes are short).
 constexpr int kBusyTimeoutMs = 10000;
+
+using Clock = std::chrono::steady_clock;
+
+// Milliseconds left before `deadline` (0 when past), for sqlite3_busy_timeout.
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, std::numeric_limits<int>::max()));
+}
 
 // Created only after the meta row has shown the file to be ours (a foreign version may hold tables
 // of these names with other columns). The UNIQUE index also serves lookup: six equalities, then
@@ -184,14 +194,17 @@ std::string make_parent_dirs(const std::string& path) {
 }
 
 // Switching to WAL takes an exclusive lock, and while another connection holds the file SQLite
-// answers SQLITE_BUSY at once instead of calling the busy handler (it would risk a deadlock); so
-// retry here, as long as the busy timeout. Once the file is in WAL mode this is a no-op.
-SqlStatus set_wal_mode(sqlite3* db) {
+// may answer SQLITE_BUSY at once instead of calling the busy handler (it would risk a deadlock), or
+// only after the busy timeout; so retry here until the deadline, by the clock (counting retries
+// once made a locked file in rollback-journal mode wait ~2,000 busy timeouts). Once the file is in
+// WAL mode this is a no-op.
+SqlStatus set_wal_mode(sqlite3* db, Clock::time_point deadline) {
   constexpr int kRetryMs = 5;
-  for (int waited_ms = 0;; waited_ms += kRetryMs) {
+  for (;;) {
+    sqlite3_busy_timeout(db, remaining_ms(deadline));
     SqlStatus s = exec(db, "PRAGMA journal_mode=WAL");
     const int primary = s.rc & 0xff;
-    if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || waited_ms >= kBusyTimeoutMs) return s;
+    if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || remaining_ms(deadline) == 0) return s;
     sqlite3_sleep(kRetryMs);
   }
 }
@@ -253,7 +266,8 @@ struct Attempt {
   std::string why;        // what is wrong with the file, or why it could not be opened
 };
 
-Attempt try_open(const std::string& path) {
+// Every wait (busy handler, WAL retries) ends by `deadline`.
+Attempt try_open(const std::string& path, Clock::time_point deadline) {
   sqlite3* db = nullptr;
   const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX;
   const int open_rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
@@ -268,23 +282,26 @@ Attempt try_open(const std::string& path) {
   if (open_rc != SQLITE_OK) return fail({open_rc, db ? sqlite3_errmsg(db) : sqlite3_errstr(open_rc)}, "open");
 
   sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
   // On a file system without WAL support SQLite keeps its rollback journal: slower, still correct.
-  if (SqlStatus s = set_wal_mode(db); !s.ok()) return fail(s, "PRAGMA journal_mode");
+  if (SqlStatus s = set_wal_mode(db, deadline); !s.ok()) return fail(s, "PRAGMA journal_mode");
+  sqlite3_busy_timeout(db, remaining_ms(deadline));
   if (SqlStatus s = exec(db, "PRAGMA synchronous=NORMAL"); !s.ok()) return fail(s, "PRAGMA synchronous");
 
   std::string problem;
+  sqlite3_busy_timeout(db, remaining_ms(deadline));
   if (SqlStatus s = quick_check(db, &problem); !s.ok()) return fail(s, "PRAGMA quick_check");
   if (!problem.empty()) {
     sqlite3_close_v2(db);
     return {nullptr, true, "failed PRAGMA quick_check (" + problem + ")"};
   }
   std::string foreign;
+  sqlite3_busy_timeout(db, remaining_ms(deadline));
   if (SqlStatus s = init_schema(db, &foreign); !s.ok()) return fail(s, "creating the schema");
   if (!foreign.empty()) {
     sqlite3_close_v2(db);
     return {nullptr, true, foreign};
   }
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
   return {db, false, {}};
 }
 
@@ -314,8 +331,11 @@ BenchCache::BenchCache(sqlite3* db, std::string path) : db_(db), path_(std::move
 
 BenchCache::~BenchCache() { sqlite3_close_v2(db_); }
 
-std::unique_ptr<BenchCache> BenchCache::open(const std::string& path, std::string* warning, std::string* error) {
+std::unique_ptr<BenchCache> BenchCache::open(const std::string& path, std::string* warning, std::string* error,
+                                             std::chrono::milliseconds max_wait) {
   try {
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline = start + max_wait;
     if (warning) warning->clear();
     if (error) error->clear();
     auto fail = [&](const std::string& why) -> std::unique_ptr<BenchCache> {
@@ -327,7 +347,7 @@ std::unique_ptr<BenchCache> BenchCache::open(const std::string& path, std::strin
     const std::string dir_problem = make_parent_dirs(path);
     struct stat examined {};
     const bool existed = ::stat(path.c_str(), &examined) == 0;
-    Attempt attempt = try_open(path);
+    Attempt attempt = try_open(path, deadline);
     if (attempt.bad_file) {
       // Another process may have found the same bad file and replaced it already: move aside only
       // the file that was examined, never a fresh cache someone else just made.
@@ -340,10 +360,17 @@ std::unique_ptr<BenchCache> BenchCache::open(const std::string& path, std::strin
           *warning = "bench cache " + path + " " + attempt.why + "; moved it to " + bad_path + " and started afresh";
       }
       const std::string first_why = attempt.why;
-      attempt = try_open(path);
+      attempt = try_open(path, deadline);
       if (attempt.bad_file) return fail("it " + first_why + ", and so does the new file (" + attempt.why + ")");
     }
-    if (!attempt.db) return fail(attempt.why + (dir_problem.empty() ? "" : " (" + dir_problem + ")"));
+    if (!attempt.db) {
+      std::string why = attempt.why + (dir_problem.empty() ? "" : " (" + dir_problem + ")");
+      if (remaining_ms(deadline) == 0)
+        why += " (gave up after waiting " +
+               std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()) +
+               " ms for another process)";
+      return fail(why);
+    }
     return std::unique_ptr<BenchCache>(new BenchCache(attempt.db, path));
   } catch (...) {  // std::bad_alloc: nothing may leave an interposer
     set_quietly(error, [&] { return "cannot open bench cache " + path + ": out of memory"; });

@@ -8,6 +8,7 @@
 // nothing here ever throws or aborts.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -43,7 +44,11 @@ class BenchCache {
   // Opens (creating folders and file as needed) the cache at `path`. On any problem returns
   // nullptr and sets *error to one line naming the path and the cause; a corrupt or foreign file
   // is first moved aside to "<path>.bad-<pid>" and a fresh cache created (with *warning set).
-  static std::unique_ptr<BenchCache> open(const std::string& path, std::string* warning, std::string* error);
+  // Waiting for other processes (their locks) ends after `max_wait` in all, by the clock: then
+  // nullptr, and the caller runs without the cache.
+  static constexpr std::chrono::milliseconds kOpenWait{10000};
+  static std::unique_ptr<BenchCache> open(const std::string& path, std::string* warning, std::string* error,
+                                          std::chrono::milliseconds max_wait = kOpenWait);
   ~BenchCache();
   BenchCache(const BenchCache&) = delete;
   BenchCache& operator=(const BenchCache&) = delete;

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/output_file.h"
 #include "runtime/barrier.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/log.h"
@@ -150,9 +151,8 @@ void write_access_log(const MemoryManager& m) {
   j["modes"] = {"unknown", "read", "write", "readwrite"};
   nlohmann::json& accesses = j["accesses"] = nlohmann::json::array();
   for (const auto& a : m.access_log()) accesses.push_back({a.call, a.buffer, static_cast<int>(a.mode)});
-  std::ofstream out(path);
-  out << j.dump() << "\n";
-  if (!out) VCUDNN_LOG_WARN("offload: cannot write the access log {}", path);
+  const Status written = write_output_file(path, j.dump() + "\n");
+  if (!written) VCUDNN_LOG_WARN("offload: cannot write the access log: {}", written.error().message);
 }
 
 

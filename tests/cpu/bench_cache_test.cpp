@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -441,4 +442,34 @@ TEST_CASE("bench cache: threads share one BenchCache", "[cache]") {
   for (int t = 0; t < kThreads; ++t) CHECK(failures[t] == 0);
   for (int i = 0; i < kThreads * kKeysEach; ++i)
     REQUIRE(cache->lookup(make_key(i), 64 * kMiB) == sorted_by_time(rows_for(i)));
+}
+
+// Issue "Hardening": with the file in rollback-journal mode and another process holding an
+// exclusive lock, opening once retried PRAGMA journal_mode=WAL ~2,000 times, each retry waiting
+// the whole busy timeout (hours, under the planner's lock). Now every wait of the open ends by one
+// deadline, by the clock, and the caller carries on without the cache.
+TEST_CASE("bench cache: a file locked by another process is given up after the open's wait, by the clock",
+          "[cache]") {
+  TempDir tmp;
+  const std::string path = tmp.file("bench.sqlite");
+  sqlite3* holder = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &holder, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(holder, "PRAGMA journal_mode=DELETE; BEGIN EXCLUSIVE; CREATE TABLE busy(x);", nullptr,
+                       nullptr, nullptr) == SQLITE_OK);
+  std::string warning, error;
+  const auto start = std::chrono::steady_clock::now();
+  auto cache = BenchCache::open(path, &warning, &error, std::chrono::milliseconds(300));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO("error: " << error << "; waited " << waited << " s");
+  CHECK(cache == nullptr);
+  CHECK(waited >= 0.25);
+  CHECK(waited < 3.0);
+  CHECK(error.find(path) != std::string::npos);
+  CHECK(error.find("gave up after waiting") != std::string::npos);
+  // Once the other process lets go, the cache opens.
+  REQUIRE(sqlite3_exec(holder, "ROLLBACK", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close_v2(holder);
+  cache = BenchCache::open(path, &warning, &error, std::chrono::milliseconds(300));
+  INFO("then: " << error);
+  CHECK(cache != nullptr);
 }

@@ -4,11 +4,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "runtime/options.h"
+#include "tests/common/test_util.h"
 
 namespace {
 
@@ -300,4 +303,27 @@ TEST_CASE("options: offload policy and memory budgets", "[options]") {
       CHECK(bad.policy == Policy::kPassthrough);
     }
   }
+}
+
+// The README's environment table holds every option, one row each, in one unbroken table (a blank
+// line once cut VCUDNN_DEVICE_BUDGET and VCUDNN_HOST_BUDGET out of it).
+TEST_CASE("options: the README's environment table has one row per option, unbroken", "[options]") {
+  std::ifstream in(vcudnn::test::source_dir() + "/README.md");
+  REQUIRE(in);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  const auto heading = std::find(lines.begin(), lines.end(), "## Environment variables");
+  REQUIRE(heading != lines.end());
+  auto row = std::find_if(heading, lines.end(), [](const std::string& l) { return l.rfind("| variable", 0) == 0; });
+  REQUIRE(row != lines.end());
+  row += 2;  // the header and its rule
+  std::vector<std::string> names;
+  for (; row != lines.end() && row->rfind("| `VCUDNN_", 0) == 0; ++row)
+    names.push_back(row->substr(3, row->find('`', 3) - 3));
+  INFO("the table ends before: " << (row != lines.end() ? *row : "(end of file)"));
+  std::vector<std::string> options;
+#define VCUDNN_OPTION(id, env, type, def, accepted, doc) options.push_back(env);
+#include "runtime/options.def"
+#undef VCUDNN_OPTION
+  CHECK(names == options);
 }

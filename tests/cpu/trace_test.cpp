@@ -2,10 +2,13 @@
 // rejection of bad input as an Error (never an exception), call kind names, write errors.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -268,6 +271,73 @@ TEST_CASE("trace: write_trace into a missing folder is an error, not an exceptio
   REQUIRE_FALSE(s.ok());
   CHECK_FALSE(s.error().message.empty());
   CHECK_FALSE(std::filesystem::exists(path));
+}
+
+// Note [Writing through symlinks]. Before, write_trace renamed its temporary file over whatever
+// was there: a FIFO (or, as root, /dev/null) became a JSON file, a symbolic link a regular file.
+TEST_CASE("trace: write_trace refuses what is not a regular file and writes through symlinks", "[trace]") {
+  namespace fs = std::filesystem;
+  vcudnn::test::TempDir dir;
+  const auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  SECTION("a FIFO stays a FIFO") {
+    const std::string fifo = dir.path() + "/fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const vcudnn::Status s = vcudnn::write_trace(make_trace(), fifo);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Catch::Contains("FIFO") && Catch::Contains("not a regular file"));
+    CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+    CHECK(fs::directory_iterator(dir.path()) != fs::directory_iterator());
+    for (const auto& e : fs::directory_iterator(dir.path())) CHECK(e.path().filename() == "fifo");  // no temp left
+  }
+  SECTION("a folder is refused") {
+    const std::string folder = dir.path() + "/folder";
+    fs::create_directory(folder);
+    const vcudnn::Status s = vcudnn::write_trace(make_trace(), folder);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Catch::Contains("a folder"));
+    CHECK(fs::is_directory(folder));
+  }
+  SECTION("a symlink stays a link and its target gets the trace") {
+    const std::string target = dir.path() + "/real.json", link = dir.path() + "/link.json";
+    { std::ofstream(target) << "old"; }
+    fs::create_symlink("real.json", link);  // relative, as links often are
+    REQUIRE(vcudnn::write_trace(make_trace(), link).ok());
+    CHECK(fs::is_symlink(fs::symlink_status(link)));
+    const auto back = vcudnn::read_trace(target);
+    REQUIRE(back.ok());
+    CHECK(back->calls.size() == make_trace().calls.size());
+    CHECK(read(link) == read(target));
+  }
+  SECTION("a dangling symlink: its target is created") {
+    const std::string target = dir.path() + "/made.json", link = dir.path() + "/dangling.json";
+    fs::create_symlink(target, link);
+    REQUIRE(vcudnn::write_trace(make_trace(), link).ok());
+    CHECK(fs::is_symlink(fs::symlink_status(link)));
+    CHECK(fs::is_regular_file(target));
+  }
+  SECTION("a symlink to a FIFO is refused, naming both") {
+    const std::string fifo = dir.path() + "/fifo2", link = dir.path() + "/to_fifo";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    fs::create_symlink(fifo, link);
+    const vcudnn::Status s = vcudnn::write_trace(make_trace(), link);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Catch::Contains("to_fifo") && Catch::Contains("fifo2"));
+    CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+    CHECK(fs::is_symlink(fs::symlink_status(link)));
+  }
+  SECTION("a link loop is an error") {
+    const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+    fs::create_symlink(b, a);
+    fs::create_symlink(a, b);
+    const vcudnn::Status s = vcudnn::write_trace(make_trace(), a);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message, Catch::Contains("symbolic links"));
+  }
 }
 
 TEST_CASE("trace: parse_trace rejects another schema, naming both", "[trace]") {
