@@ -186,8 +186,10 @@ std::string make_parent_dirs(const std::string& path) {
   const std::string dir = path.substr(0, last_slash);
   for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
     const std::string prefix = dir.substr(0, end);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST && !is_dir(prefix))
-      return "cannot create folder " + prefix + ": " + errno_text(errno);
+    if (::mkdir(prefix.c_str(), 0755) != 0) {
+      const int e = errno;  // is_dir() may change errno
+      if (e != EEXIST && !is_dir(prefix)) return "cannot create folder " + prefix + ": " + errno_text(e);
+    }
     if (end == std::string::npos) break;
   }
   return is_dir(dir) ? std::string() : "cannot create folder " + dir + ": " + errno_text(ENOTDIR);
@@ -256,7 +258,25 @@ SqlStatus init_schema(sqlite3* db, std::string* foreign) {
     return {};
   }
 
-  if (SqlStatus s = exec(db, kCreateTables); !s.ok()) return s;
+  // The meta row can be right and the tables not (another build's, or edited): creating the
+  // indexes then fails on a missing column, or a later check does.
+  if (SqlStatus s = exec(db, kCreateTables); !s.ok()) {
+    if ((s.rc & 0xff) != SQLITE_ERROR) return s;
+    *foreign = "has this version's meta row but not its tables (" + s.message + ")";
+    return {};
+  }
+  // Every column the lookups and stores name must be there, or the file is set aside like a
+  // foreign one.
+  for (const char* columns : {"SELECT id, gpu_name, sm_count, cudnn_version, layer, kind, micro_batch, cap "
+                              "FROM conv_measurement LIMIT 0",
+                              "SELECT measurement_id, algo, math_type, determinism, time_ms, workspace "
+                              "FROM conv_result LIMIT 0"}) {
+    Statement check(db, columns);
+    if (!check.status().ok()) {
+      *foreign = "has this version's meta row but not its tables (" + check.status().message + ")";
+      return {};
+    }
+  }
   return tx.commit();
 }
 

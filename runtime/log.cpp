@@ -2,6 +2,10 @@
 // after other static objects are gone. Lines look like "vcudnn[pid] info: ...".
 #include "runtime/log.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <spdlog/logger.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -80,6 +84,10 @@ bool configure_once(const Options& options) {
     first = true;
     const std::string error = configure(options);
     for (const auto& e : options.errors) VCUDNN_LOG_ERROR("{}", e);
+    // A bad setting is always seen once on stderr, even with logging off or going to a file.
+    const bool on_stderr = options.log_level != LogLevel::kOff && (options.get(kLogFile).empty() || !error.empty());
+    if (!on_stderr)
+      for (const auto& e : options.errors) std::fprintf(stderr, "vcudnn[%d] error: %s\n", static_cast<int>(::getpid()), e.c_str());
     if (!error.empty()) VCUDNN_LOG_ERROR("{}", error);
     for (const auto& w : options.warnings) VCUDNN_LOG_WARN("{}", w);
   });

@@ -11,6 +11,8 @@
 #include <cctype>
 #include <cstring>
 
+#include <fmt/format.h>
+
 extern char** environ;
 
 namespace vcudnn {
@@ -53,37 +55,29 @@ std::string accepted_list(const OptionSpec& spec) {
 
 }  // namespace
 
-std::optional<uint64_t> parse_bytes(std::string_view text) {
-  std::string s = lower(trim(text));
-  size_t digits = 0;
-  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
-  if (digits == 0 || digits > 20) return std::nullopt;
-  std::string unit = trim(s.substr(digits));
-  for (const char* tail : {"ib", "b"})
-    if (unit.size() > std::strlen(tail) &&
-        unit.compare(unit.size() - std::strlen(tail), std::string::npos, tail) == 0) {
-      unit.resize(unit.size() - std::strlen(tail));
-      break;
+std::optional<uint64_t> parse_bytes(std::string_view text) { return pool::parse_byte_count(text); }
+
+std::string quoted(std::string_view value) {
+  constexpr size_t kShown = 80;
+  std::string out = "\"";
+  for (size_t i = 0; i < value.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
     }
-  int shift = 0;
-  if (unit == "k")
-    shift = 10;
-  else if (unit == "m")
-    shift = 20;
-  else if (unit == "g")
-    shift = 30;
-  else if (unit == "t")
-    shift = 40;
-  else if (!unit.empty() && unit != "b")
-    return std::nullopt;
-  uint64_t value = 0;
-  for (size_t i = 0; i < digits; ++i) {
-    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
-    if (value > (UINT64_MAX - d) / 10) return std::nullopt;
-    value = value * 10 + d;
   }
-  if (shift && value > (UINT64_MAX >> shift)) return std::nullopt;
-  return value << shift;
+  out += '"';
+  if (value.size() > kShown) out += fmt::format(" (cut: {} bytes in all)", value.size());
+  return out;
 }
 
 const std::array<OptionSpec, kOptionCount>& option_specs() {
@@ -104,21 +98,21 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
     if (v.empty()) continue;
     if (spec.type == OptionType::kEnum) v = lower(v);
     if (spec.type == OptionType::kEnum && enum_index(spec, v) < 0) {
-      o.errors.push_back(std::string(spec.env) + "=\"" + raw + "\" is not valid; accepted values: " +
+      o.errors.push_back(std::string(spec.env) + "=" + quoted(raw) + " is not valid; accepted values: " +
                          accepted_list(spec) + ". vcudnn continues in pass-through.");
       continue;
     }
     if (spec.type == OptionType::kBytes && !parse_bytes(v)) {
-      o.errors.push_back(std::string(spec.env) + "=\"" + raw +
-                         "\" is not a byte count; use bytes or a K/M/G/T suffix (powers of 1024), e.g. 64M. "
+      o.errors.push_back(std::string(spec.env) + "=" + quoted(raw) +
+                         " is not a byte count; use bytes or a K/M/G/T suffix (powers of 1024), e.g. 64M. "
                          "vcudnn continues in pass-through.");
       continue;
     }
     // Percentages are checked against a nominal 100 GiB total: the real total is known only
     // once the device is (memory_manager.cpp); here only the form is checked.
     if (spec.type == OptionType::kBudget && !pool::parse_budget(v, 100ull << 30)) {
-      o.errors.push_back(std::string(spec.env) + "=\"" + raw +
-                         "\" is not a memory budget; use bytes with an optional K/M/G/T suffix (e.g. 40G) or a "
+      o.errors.push_back(std::string(spec.env) + "=" + quoted(raw) +
+                         " is not a memory budget; use bytes with an optional K/M/G/T suffix (e.g. 40G) or a "
                          "percentage (e.g. 60%). vcudnn continues in pass-through.");
       continue;
     }
@@ -143,7 +137,7 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
     if (!known) {
       std::string all;
       for (const auto& s : option_specs()) all += (all.empty() ? "" : ", ") + std::string(s.env);
-      o.warnings.push_back("unknown variable " + name + " is ignored; known: " + all);
+      o.warnings.push_back("unknown variable " + quoted(name) + " is ignored; known: " + all);
     }
   }
   return o;

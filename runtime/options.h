@@ -65,9 +65,14 @@ Options parse_options(const std::function<const char*(const char*)>& lookup, con
 // The process's options, parsed from the environment once.
 const Options& options();
 
-// "123", "64K", "64M", "1G", "2T" (also "64MiB", "64mb"; powers of 1024) -> bytes; nullopt if not
-// a whole non-negative byte count that fits in 64 bits.
+// "123", "64K", "64 M", "1G", "2T" (also "64MiB", "64mb"; powers of 1024) -> bytes; nullopt if not
+// a whole non-negative byte count that fits in 64 bits. The same parser as the budgets'
+// (pool::parse_byte_count); 0 is zero bytes (a workspace limit of 0 allows only algorithms
+// without workspace; a budget of 0 is refused).
 std::optional<uint64_t> parse_bytes(std::string_view text);
+
+// A value as messages show it: in quotes, control characters escaped, cut after 80 bytes.
+std::string quoted(std::string_view value);
 
 // "%p" -> process id, so that several processes (ranks) can share one setting.
 std::string expand_path(const std::string& pattern);

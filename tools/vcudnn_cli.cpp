@@ -37,7 +37,12 @@ void print_gpu() {
   int count = 0;
   cudaError_t err = rt.cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    fmt::print("{:<14} none ({})\n", "GPU", err == cudaSuccess ? "no device" : rt.cudaGetErrorString(err));
+    // Without a driver the runtime says its "driver version is insufficient": say what is missing.
+    const LibraryInfo& driver_lib = library_info(Library::kDriver);
+    const std::string why = err == cudaSuccess  ? std::string("no device")
+                            : !driver_lib.found ? "no GPU driver: libcuda.so.1 was not found"
+                                                : rt.cudaGetErrorString(err);
+    fmt::print("{:<14} none ({})\n", "GPU", why);
     return;
   }
   int runtime = 0, driver = 0;

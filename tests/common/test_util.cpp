@@ -25,7 +25,7 @@ std::string exe_dir() { return std::filesystem::canonical("/proc/self/exe").pare
 
 std::string source_dir() {
   if (const char* s = std::getenv("VCUDNN_TEST_SOURCE_DIR"); s && *s) return s;
-  return std::filesystem::canonical(std::filesystem::path(exe_dir()) / ".." / "..").string();
+  return VCUDNN_SOURCE_DIR;  // the tree CMake configured, not a guess from where the binary is
 }
 
 std::string libvcudnn_path() { return exe_dir() + "/libvcudnn.so"; }

@@ -12,7 +12,8 @@ namespace vcudnn::test {
 
 // Folder of the running executable (build/bin).
 std::string exe_dir();
-// The source tree: $VCUDNN_TEST_SOURCE_DIR, else two levels above build/bin.
+// The source tree: $VCUDNN_TEST_SOURCE_DIR (a tree copied to another machine), else the one the
+// build was configured from, wherever the build folder is.
 std::string source_dir();
 // build/bin/libvcudnn.so
 std::string libvcudnn_path();

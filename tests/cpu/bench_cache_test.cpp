@@ -473,3 +473,25 @@ TEST_CASE("bench cache: a file locked by another process is given up after the o
   INFO("then: " << error);
   CHECK(cache != nullptr);
 }
+
+// Issue "Hardening": the meta row right, a table wrong: every later statement failed with "no
+// such column: measurement_id" and the file stayed. Now it is set aside like a foreign file.
+TEST_CASE("bench cache: right meta row, wrong tables: set aside and rebuilt", "[cache]") {
+  TempDir tmp;
+  const std::string path = tmp.file("bench.sqlite");
+  {
+    std::string warning, error;
+    auto cache = BenchCache::open(path, &warning, &error);
+    REQUIRE(cache != nullptr);
+  }
+  sql_on_file(path, "DROP TABLE conv_result; CREATE TABLE conv_result(something_else INTEGER)");
+  std::string warning, error;
+  auto cache = BenchCache::open(path, &warning, &error);
+  INFO("warning: " << warning << "; error: " << error);
+  REQUIRE(cache != nullptr);
+  CHECK(warning.find("not its tables") != std::string::npos);
+  CHECK(warning.find("measurement_id") != std::string::npos);
+  CHECK(exists(path + ".bad-" + std::to_string(::getpid())));
+  REQUIRE(cache->store(make_key(), kMiB, {}));
+  CHECK(cache->lookup(make_key(), kMiB) == std::optional(std::vector<BenchRow>{}));
+}

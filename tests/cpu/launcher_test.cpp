@@ -4,6 +4,7 @@
 // work under stop the launch (exit 2, nothing run); exit statuses and signals are the command's.
 #include <catch2/catch.hpp>
 
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <cctype>
@@ -283,4 +284,23 @@ TEST_CASE("launcher: one line on stderr names what was set, unless --quiet", "[l
   auto quiet = launch({"--quiet", "--policy", "offload", "--", "true"});
   CHECK(quiet.exit_code == 0);
   CHECK(quiet.err.empty());
+}
+
+// Issue "Hardening": on a machine without a GPU driver, `vcudnn info` said "CUDA driver version is
+// insufficient for CUDA runtime version" (what the runtime answers when libcuda is missing).
+TEST_CASE("vcudnn info says when there is no GPU driver", "[launcher]") {
+  const ProcessResult r = run_process({exe_dir() + "/vcudnn", "info"}, {});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto gpu = grep(r.out, "GPU ");
+  REQUIRE(gpu.size() >= 1);
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!driver) driver = dlopen("libcuda.so.1", RTLD_LAZY);
+  if (driver) {
+    dlclose(driver);
+    CHECK(gpu[0].find("no GPU driver") == std::string::npos);
+  } else {
+    CHECK(gpu[0].find("none (no GPU driver: libcuda.so.1 was not found)") != std::string::npos);
+    CHECK(r.out.find("insufficient") == std::string::npos);
+  }
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "pool/budget.h"
 #include "runtime/options.h"
 #include "tests/common/test_util.h"
 
@@ -245,8 +246,10 @@ TEST_CASE("options: byte counts take K/M/G/T suffixes (powers of 1024), nothing 
   CHECK(parse_bytes("2G") == 2ull << 30);
   CHECK(parse_bytes("3T") == 3ull << 40);
   CHECK(parse_bytes("17b") == 17u);
+  CHECK(parse_bytes("64 M") == 64u << 20);  // as the budgets: one parser
+  CHECK(parse_bytes("64\tGiB") == 64ull << 30);
   CHECK(parse_bytes("18446744073709551615") == UINT64_MAX);
-  for (const char* bad : {"", "M", "-1", "1.5G", "64X", "64 M M", "0x10", "18446744073709551616", "16777216T",
+  for (const char* bad : {"", "M", "-1", "1.5G", "64X", "64 M M", "0x10", "18446744073709551616", "16777216T", "6 4M", "64M\n1",
                           "99999999999999999999999", "64Mi", "1e9"}) {
     INFO(bad);
     CHECK_FALSE(parse_bytes(bad).has_value());
@@ -326,4 +329,38 @@ TEST_CASE("options: the README's environment table has one row per option, unbro
 #include "runtime/options.def"
 #undef VCUDNN_OPTION
   CHECK(names == options);
+}
+
+// One parser for every byte count: the budgets read sizes exactly as the workspace limits do
+// (before, "64 M" was a workspace limit but not a budget). 0 is zero bytes for both; a budget of
+// zero bytes is refused.
+TEST_CASE("options: byte counts and budgets share one parser", "[options]") {
+  for (const char* text : {"1", "123", "64K", "64 M", " 64MiB ", "64mb", "2G", "3T", "17b", "18446744073709551615",
+                           "64\tG", "", "M", "-1", "1.5G", "64X", "6 4M", "0x10", "18446744073709551616", "1e9"}) {
+    INFO("\"" << text << "\"");
+    CHECK(vcudnn::parse_bytes(text) == vcudnn::pool::parse_budget(text, 80ull << 30));
+  }
+  CHECK(vcudnn::parse_bytes("0") == 0u);
+  CHECK_FALSE(vcudnn::pool::parse_budget("0", 80ull << 30).has_value());
+  CHECK_FALSE(vcudnn::pool::parse_budget("0%", 80ull << 30).has_value());
+  CHECK(vcudnn::pool::parse_budget(" 50 % ", 80ull << 30) == 40ull << 30);
+  const auto o = parse({{"VCUDNN_DEVICE_BUDGET", "64 M"}, {"VCUDNN_WORKSPACE_LIMIT", "64 M"}});
+  CHECK(o.errors.empty());
+  CHECK(o.workspace_limit == 64u << 20);
+}
+
+TEST_CASE("options: values in messages are quoted, escaped and cut", "[options]") {
+  CHECK(vcudnn::quoted("plain") == "\"plain\"");
+  CHECK(vcudnn::quoted("a\nb\tc\"d\\e\x01") == "\"a\\nb\\tc\\\"d\\\\e\\x01\"");
+  const std::string big(100000, 'x');
+  const std::string shown = vcudnn::quoted(big);
+  CHECK(shown.size() < 150);
+  CHECK(shown.find("100000 bytes") != std::string::npos);
+  const auto o = parse({{"VCUDNN_POLICY", big}, {"VCUDNN_WORKSPACE_LIMIT", "64M\nX"}});
+  REQUIRE(o.errors.size() == 2);
+  for (const auto& e : o.errors) {
+    INFO(e);
+    CHECK(e.size() < 600);
+    CHECK(e.find('\n') == std::string::npos);
+  }
 }

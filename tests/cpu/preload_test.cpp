@@ -169,6 +169,24 @@ TEST_CASE("a process that never calls cuDNN prints nothing", "[preload]") {
 }
 
 // (No ';' in test names: CTest's test discovery splits names there and then runs nothing.)
+// Issue "Hardening": with logging off (or going to a file) a bad setting fell back to pass-through
+// without a word on stderr; a value with a newline was echoed raw.
+TEST_CASE("a bad setting is reported once on stderr even with logging off, quoted and escaped", "[preload][options]") {
+  TempDir tmp;
+  for (const auto& [level, file] : {std::pair<const char*, bool>{"off", false}, {"info", true}}) {
+    std::map<std::string, std::optional<std::string>> env = {{"VCUDNN_POLICY", "offload\nrm -rf /"},
+                                                              {"VCUDNN_LOG_LEVEL", level}};
+    if (file) env["VCUDNN_LOG_FILE"] = tmp.file("log");
+    auto r = run_client("statuses", env);
+    INFO("level " << level << (file ? ", to a file" : "") << ": " << r.err);
+    CHECK(r.exit_code == 0);
+    const auto errors = grep(r.err, "VCUDNN_POLICY=");
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].find("\"offload\\nrm -rf /\"") != std::string::npos);  // escaped, on one line
+    CHECK(grep(r.err, "rm -rf").size() == 1);
+  }
+}
+
 TEST_CASE("VCUDNN_LOG_LEVEL=off silences vcudnn, and by default it prints two lines", "[preload][options]") {
   auto quiet = run_client("statuses", {{"VCUDNN_LOG_LEVEL", "OFF"}});
   CHECK(quiet.exit_code == 0);

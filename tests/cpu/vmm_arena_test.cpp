@@ -800,9 +800,13 @@ TEST_CASE("parse_budget", "[arena]") {
   CHECK(parse_budget("100%", kTotal) == kTotal);
   CHECK(parse_budget("0.5%", 1000) == 5u);
   CHECK(parse_budget("16777215T", kTotal) == 16777215ull << 40);
+  // Spaces around, and between the number and its unit, as every byte count (parse_byte_count).
+  CHECK(parse_budget(" 1G", kTotal) == 1ull << 30);
+  CHECK(parse_budget("1G ", kTotal) == 1ull << 30);
+  CHECK(parse_budget("64 M", kTotal) == 64ull << 20);
 
   for (const char* bad : {"",     "-1",  "-5%",   "abc",    "12X",  "G", "1.5G", "0",         "0%",
-                          "0.0%", "100.5%", "101%", "1e3", " 1G", "1G ", "%", "5.%", "16777216T",
+                          "0.0%", "100.5%", "101%", "1e3", "1 G B", "%", "5.%", "16777216T",
                           "18446744073709551616", "1GG", "60%%"}) {
     INFO(bad);
     CHECK_FALSE(parse_budget(bad, kTotal));
