@@ -201,6 +201,13 @@ std::shared_ptr<const KernelPlan> MicroBatcher::plan_for(const ConvCall& call, c
   const auto t0 = std::chrono::steady_clock::now();
   if (!cache_opened_) {
     cache_opened_ = true;
+    const RealCudart& rt = real_cudart();
+    size_t free_bytes = 0, card = 0;
+    if (rt.cudaMemGetInfo && rt.cudaMemGetInfo(&free_bytes, &card) == cudaSuccess) {
+      if (auto w = workspace_limit_warning(settings_.limit, settings_.total, card)) VCUDNN_LOG_WARN("microbatch: {}", *w);
+    } else if (rt.cudaGetLastError) {
+      rt.cudaGetLastError();
+    }
     if (!settings_.cache_path.empty()) {
       std::string warning, error;
       cache_ = BenchCache::open(settings_.cache_path, &warning, &error);

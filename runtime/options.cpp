@@ -57,6 +57,18 @@ std::string accepted_list(const OptionSpec& spec) {
 
 std::optional<uint64_t> parse_bytes(std::string_view text) { return pool::parse_byte_count(text); }
 
+std::optional<std::string> workspace_limit_warning(uint64_t limit, const std::optional<uint64_t>& total,
+                                                   uint64_t card) {
+  if (card == 0) return std::nullopt;
+  std::string what;
+  if (limit > card) what = fmt::format("VCUDNN_WORKSPACE_LIMIT ({} bytes)", limit);
+  if (total && *total > card)
+    what += (what.empty() ? "" : " and ") + fmt::format("VCUDNN_TOTAL_WORKSPACE ({} bytes)", *total);
+  if (what.empty()) return std::nullopt;
+  return fmt::format("{} {} more than the card's {:.1f} GiB: it limits nothing", what,
+                     limit > card && total && *total > card ? "are" : "is", static_cast<double>(card) / (1ull << 30));
+}
+
 std::string quoted(std::string_view value) {
   constexpr size_t kShown = 80;
   std::string out = "\"";

@@ -71,6 +71,10 @@ const Options& options();
 // without workspace; a budget of 0 is refused).
 std::optional<uint64_t> parse_bytes(std::string_view text);
 
+// What to say when a workspace setting is more than the card holds (it then limits nothing), or
+// nullopt. `card`: the device's memory in bytes.
+std::optional<std::string> workspace_limit_warning(uint64_t limit, const std::optional<uint64_t>& total, uint64_t card);
+
 // A value as messages show it: in quotes, control characters escaped, cut after 80 bytes.
 std::string quoted(std::string_view value);
 

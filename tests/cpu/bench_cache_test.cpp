@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -494,4 +496,19 @@ TEST_CASE("bench cache: right meta row, wrong tables: set aside and rebuilt", "[
   CHECK(exists(path + ".bad-" + std::to_string(::getpid())));
   REQUIRE(cache->store(make_key(), kMiB, {}));
   CHECK(cache->lookup(make_key(), kMiB) == std::optional(std::vector<BenchRow>{}));
+}
+
+// Issue "Hardening": a folder that cannot be made was reported with the errno of the stat() that
+// followed ("No such file or directory") instead of the mkdir's. /sys refuses new folders, even
+// to root (CI runs as root); skipped where /sys is absent.
+TEST_CASE("bench cache: a folder that cannot be made is reported with mkdir's own error", "[cache]") {
+  if (!exists("/sys/kernel")) return;
+  errno = 0;
+  if (::mkdir("/sys/vcudnn-cache-probe", 0755) == 0 || errno == ENOENT) return;  // not this kernel's /sys
+  const std::string expected = std::strerror(errno);
+  std::string warning, error;
+  auto cache = BenchCache::open("/sys/vcudnn-cache-probe/bench.sqlite", &warning, &error);
+  INFO(error);
+  CHECK(cache == nullptr);
+  CHECK(error.find("cannot create folder /sys/vcudnn-cache-probe: " + expected) != std::string::npos);
 }

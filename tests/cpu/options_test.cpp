@@ -364,3 +364,19 @@ TEST_CASE("options: values in messages are quoted, escaped and cut", "[options]"
     CHECK(e.find('\n') == std::string::npos);
   }
 }
+
+// Upper limits: a workspace setting beyond the card limits nothing, and says so (2^64-1 was
+// accepted silently).
+TEST_CASE("options: workspace settings beyond the card are warned about", "[options]") {
+  constexpr uint64_t kCard = 80ull << 30;
+  CHECK_FALSE(vcudnn::workspace_limit_warning(64u << 20, std::nullopt, kCard).has_value());
+  CHECK_FALSE(vcudnn::workspace_limit_warning(kCard, kCard, kCard).has_value());
+  const auto w = vcudnn::workspace_limit_warning(UINT64_MAX, std::nullopt, kCard);
+  REQUIRE(w.has_value());
+  CHECK_THAT(*w, Catch::Contains("VCUDNN_WORKSPACE_LIMIT") && Catch::Contains("80.0 GiB") &&
+                     Catch::Contains("limits nothing"));
+  const auto both = vcudnn::workspace_limit_warning(UINT64_MAX, UINT64_MAX, kCard);
+  REQUIRE(both.has_value());
+  CHECK_THAT(*both, Catch::Contains("VCUDNN_TOTAL_WORKSPACE") && Catch::Contains(" are more"));
+  CHECK_FALSE(vcudnn::workspace_limit_warning(UINT64_MAX, std::nullopt, 0).has_value());  // card unknown
+}
