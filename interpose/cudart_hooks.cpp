@@ -1,6 +1,6 @@
 // The exported CUDA runtime and driver hooks of access tracking (runtime/memory_access.h): kernel
 // launches, copies and sets report the device pointers they carry before the real call; stream
-// capture and graph launches are announced; texture and surface objects pin their memory; the
+// capture, its end and graph launches are announced; pointer queries map evicted buffers first; texture and surface objects pin their memory; the
 // allocation paths vcudnn does not serve are counted. While memory::active() is false every hook
 // only forwards (one relaxed load).
 //
@@ -247,8 +247,29 @@ bool pin_resource(const CUDA_RESOURCE_DESC* desc, const char* api) {
   return true;
 }
 
-bool graph_use(const char* api) {
-  memory::note_graph_use(api);
+bool capture_begins(const char* api) {
+  memory::capture_begins(api);
+  return true;
+}
+
+bool capture_ends(const char* api) {
+  memory::capture_ends(api);
+  return true;
+}
+
+bool graph_launched(const char* api) {
+  memory::graph_launched(api);
+  return true;
+}
+
+bool opaque_graph(const char* api) {
+  memory::opaque_graph(api);
+  return true;
+}
+
+template <typename P>
+bool prepare_query(P pointer, const char* api) {
+  memory::prepare_query(word(pointer), api);
   return true;
 }
 
@@ -442,19 +463,41 @@ VCUDNN_HOOK_PT(cuMemsetD32Async, _ptsz, (CUdeviceptr dst, unsigned int value, si
 // ---- graphs -----------------------------------------------------------------------------------
 
 VCUDNN_HOOK_PT(cudaStreamBeginCapture, _ptsz, (cudaStream_t stream, cudaStreamCaptureMode mode), (stream, mode),
-               graph_use(api))
+               capture_begins(api))
 VCUDNN_HOOK_PT(cudaStreamBeginCaptureToGraph, _ptsz,
                (cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
                 const cudaGraphEdgeData* edge_data, size_t count, cudaStreamCaptureMode mode),
-               (stream, graph, dependencies, edge_data, count, mode), graph_use(api))
-VCUDNN_HOOK_PT(cudaGraphLaunch, _ptsz, (cudaGraphExec_t exec, cudaStream_t stream), (exec, stream), graph_use(api))
+               (stream, graph, dependencies, edge_data, count, mode), capture_begins(api))
+VCUDNN_HOOK_PT(cudaStreamEndCapture, _ptsz, (cudaStream_t stream, cudaGraph_t* graph), (stream, graph),
+               capture_ends(api))
+VCUDNN_HOOK_PT(cudaGraphLaunch, _ptsz, (cudaGraphExec_t exec, cudaStream_t stream), (exec, stream),
+               graph_launched(api))
+VCUDNN_HOOK(cudaGraphAddKernelNode,
+            (cudaGraphNode_t * node, cudaGraph_t graph, const cudaGraphNode_t* dependencies, size_t count,
+             const cudaKernelNodeParams* params),
+            (node, graph, dependencies, count, params), opaque_graph(api))
 VCUDNN_HOOK_PT(cuStreamBeginCapture_v2, _ptsz, (CUstream stream, CUstreamCaptureMode mode), (stream, mode),
-               graph_use(api))
+               capture_begins(api))
 VCUDNN_HOOK_PT(cuStreamBeginCaptureToGraph, _ptsz,
                (CUstream stream, CUgraph graph, const CUgraphNode* dependencies, const CUgraphEdgeData* edge_data,
                 size_t count, CUstreamCaptureMode mode),
-               (stream, graph, dependencies, edge_data, count, mode), graph_use(api))
-VCUDNN_HOOK_PT(cuGraphLaunch, _ptsz, (CUgraphExec exec, CUstream stream), (exec, stream), graph_use(api))
+               (stream, graph, dependencies, edge_data, count, mode), capture_begins(api))
+VCUDNN_HOOK_PT(cuStreamEndCapture, _ptsz, (CUstream stream, CUgraph* graph), (stream, graph), capture_ends(api))
+VCUDNN_HOOK_PT(cuGraphLaunch, _ptsz, (CUgraphExec exec, CUstream stream), (exec, stream), graph_launched(api))
+VCUDNN_HOOK(cuGraphAddKernelNode_v2,
+            (CUgraphNode * node, CUgraph graph, const CUgraphNode* dependencies, size_t count,
+             const CUDA_KERNEL_NODE_PARAMS* params),
+            (node, graph, dependencies, count, params), opaque_graph(api))
+
+// ---- pointer queries: an evicted buffer is mapped again before the driver answers --------------
+
+VCUDNN_HOOK(cuPointerGetAttribute, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr), (data, attribute, ptr),
+            prepare_query(ptr, api))
+VCUDNN_HOOK(cuPointerGetAttributes,
+            (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr),
+            (count, attributes, data, ptr), prepare_query(ptr, api))
+VCUDNN_HOOK(cudaPointerGetAttributes, (cudaPointerAttributes * attributes, const void* ptr), (attributes, ptr),
+            prepare_query(ptr, api))
 
 // ---- synchronisation: idle memory unused since the previous one goes back to the device --------
 

@@ -81,9 +81,10 @@ bool pin_and_touch(void* states, cudnnHandle_t handle, const char* api) {
   return memory::touch(&word, 1, memory::Access::kUnknown, stream_in(handle), api);
 }
 
-// A cuDNN graph replays the variant pack's pointers without vcudnn seeing it.
+// A CUDA graph populated by cuDNN replays the variant pack's pointers without vcudnn seeing it:
+// they stay on the device.
 bool graph_use(cudnnBackendDescriptor_t variant_pack, const char* api) {
-  memory::note_graph_use(api);
+  memory::pin_remembered(variant_pack, api);
   return memory::touch_remembered(variant_pack, std::nullopt, api);
 }
 

@@ -48,8 +48,28 @@ bool touch_remembered(const void* owner, StreamRef stream, const char* api) {
   return !m || m->touch_remembered(owner, stream, api);
 }
 
-void note_graph_use(const char* api) {
-  if (MemoryManager* m = manager()) m->note_graph_use(api);
+void capture_begins(const char* api) {
+  if (MemoryManager* m = manager()) m->capture_begins(api);
+}
+
+void capture_ends(const char* api) {
+  if (MemoryManager* m = manager()) m->capture_ends(api);
+}
+
+void graph_launched(const char* api) {
+  if (MemoryManager* m = manager()) m->graph_launched(api);
+}
+
+void opaque_graph(const char* api) {
+  if (MemoryManager* m = manager()) m->opaque_graph(api);
+}
+
+void pin_remembered(const void* owner, const char* api) {
+  if (MemoryManager* m = manager()) m->pin_remembered(owner, api);
+}
+
+void prepare_query(uint64_t pointer, const char* api) {
+  if (MemoryManager* m = manager()) m->prepare_query(pointer, api);
 }
 
 void count_foreign_allocation(const char* api, uint64_t bytes) {

@@ -83,10 +83,22 @@ void remember(const void* owner, const uint64_t* words, size_t n);
 void forget(const void* owner);
 bool touch_remembered(const void* owner, StreamRef stream, const char* api);
 
-// A stream capture (or a graph launch) is about to begin: graphs replay accesses vcudnn cannot
-// see, so every evicted buffer is restored now, before capture starts, and eviction is switched
-// off for the rest of the process (logged once). Memory stays owned and tracked.
-void note_graph_use(const char* api);
+// CUDA graphs (Note [CUDA graphs under a budget] in memory_manager.cpp). A stream capture begins:
+// evicted buffers come back, eviction pauses, and every buffer touched until the capture ends stays
+// on the device while it lives. It ends: eviction resumes for the rest. A graph is launched: when
+// no capture was ever seen, it was built some other way and eviction stops for good, as for
+// opaque_graph() (graph nodes added one by one).
+void capture_begins(const char* api);
+void capture_ends(const char* api);
+void graph_launched(const char* api);
+void opaque_graph(const char* api);
+// A cuDNN graph populated into a CUDA graph keeps its variant pack's pointers: those buffers stay.
+void pin_remembered(const void* owner, const char* api);
+
+// A pointer query (cuPointerGetAttribute(s), cudaPointerGetAttributes) about `pointer`: if it lies
+// in an evicted buffer, the buffer is mapped again first (the driver rejects an unmapped address),
+// its copy back queued; the access that follows orders itself after the copy as usual.
+void prepare_query(uint64_t pointer, const char* api);
 
 // `stream` is about to be destroyed (cudaStreamDestroy): what was queued on it is fenced one last
 // time, and a new stream with the same handle counts as another stream.

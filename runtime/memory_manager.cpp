@@ -102,7 +102,9 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
         "cannot be evicted (buffers below one granule, library and pinned buffers){}; cudaErrorMemoryAllocation",
         bytes, mib(bytes), config_.device_budget ? mib(*config_.device_budget) : "none (the card)",
         mib(arena_.mapped_bytes()), mib(arena_.idle_bytes()), mib(unevictable_bytes()),
-        graphs_seen_.load() ? "; eviction is off since a CUDA graph was captured" : "");
+        eviction_paused() ? "; eviction is paused (a CUDA graph capture is in progress, or a graph vcudnn did not "
+                            "see built was used)"
+                          : "");
     return std::nullopt;
   }
   order_new_owner(waits, stream);
@@ -325,7 +327,7 @@ uint64_t MemoryManager::unevictable_bytes() const {
 // Starts evicting least-recently-used buffers (the policy's choice) worth `granules`. false when
 // none could start.
 bool MemoryManager::start_evictions(uint64_t granules) {
-  if (!config_.device_budget || graphs_seen_.load()) return false;
+  if (!config_.device_budget || eviction_paused()) return false;
   const uint64_t g = arena_.granularity();
   std::vector<EvictionCandidate> candidates;
   for (const auto& [addr, b] : live_) {
@@ -361,7 +363,7 @@ bool MemoryManager::start_evictions(uint64_t granules) {
 // 1/4) free or on its way (evictions in flight, idle memory), so that allocations and fault-ins
 // find their room without waiting for a copy.
 void MemoryManager::evict_ahead() {
-  if (!config_.device_budget || graphs_seen_.load()) return;
+  if (!config_.device_budget || eviction_paused()) return;
   reap();
   const uint64_t g = arena_.granularity();
   const uint64_t budget = *config_.device_budget / g;
@@ -466,6 +468,7 @@ bool MemoryManager::on_hits(const std::vector<pool::Hit>& hits, Access mode, Str
     slow = slow || b->state.load(std::memory_order_seq_cst) != BufferState::kResident ||
            b->restoring.load(std::memory_order_relaxed);
   }
+  if (captures_.load(std::memory_order_relaxed) > 0) pin_for_graph(hits);  // Note [CUDA graphs under a budget]
   if (!log_.full()) {
     const uint64_t call = tracked_calls_.load(std::memory_order_relaxed);
     uint64_t serials[64];
@@ -540,20 +543,99 @@ bool MemoryManager::touch_remembered(const void* owner, StreamRef stream, const 
   return touch(words.data(), words.size(), Access::kUnknown, stream, api);
 }
 
-void MemoryManager::note_graph_use(const char* api) {
-  if (graphs_seen_.exchange(true)) return;
-  std::unique_lock<std::mutex> lock(mu_);
+// Note [CUDA graphs under a budget]
+// A graph replays the kernels, copies and library calls captured into it with the pointers they had
+// then, without any hook running. While a capture is in progress vcudnn therefore (1) evicts
+// nothing (everything evicted came back when the capture began), and (2) pins every buffer a
+// hooked call touches: those are the buffers the graph will use, and they stay on the device for
+// as long as they live. When the capture ends, eviction resumes for every other buffer. Memory the
+// framework allocates on the capturing stream is CUDA's own (graph memory nodes: memory_hooks.cpp).
+// A graph whose work vcudnn did not see (nodes added one by one, cuDNN's own graph population
+// without a capture) turns eviction off for the rest of the process, as there is no telling
+// what it uses.
+uint64_t MemoryManager::restore_all_locked() {
   uint64_t restored = 0;
   for (const auto& [addr, b] : live_) {
-    if (b->state.load() == BufferState::kResident) continue;
-    if (restore_locked(b, std::nullopt, false) != RestoreResult::kOk) continue;
+    if (b->state.load() == BufferState::kResident && !b->restoring.load()) continue;
+    if (b->state.load() != BufferState::kResident && restore_locked(b, std::nullopt, false) != RestoreResult::kOk)
+      continue;
     ++restored;
-    if (b->restoring.load()) settle_restore(b, std::nullopt);  // before capture begins: any stream may use it
+    if (b->restoring.load()) {
+      host_waits_.add(HostWait::k_graph);  // a graph may use it on any stream, any time
+      order_.wait_host(b->ready);
+      b->restoring.store(false);
+    }
   }
+  return restored;
+}
+
+void MemoryManager::capture_begins(const char* api) {
+  const bool first = !graphs_seen_.exchange(true);
+  captures_.fetch_add(1);
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t restored = restore_all_locked();
+  if (first || restored)
+    VCUDNN_LOG_INFO(
+        "offload: {}: a CUDA graph is being captured: eviction pauses until the capture ends ({} evicted buffers "
+        "brought back); the buffers its work uses stay on the device while they live",
+        api, restored);
+}
+
+void MemoryManager::capture_ends(const char* api) {
+  uint32_t n = captures_.load();
+  while (n > 0 && !captures_.compare_exchange_weak(n, n - 1)) {
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  VCUDNN_LOG_INFO("offload: {}: capture ended; {} buffers ({}) are kept on the device for CUDA graphs so far{}", api,
+                  counters_.graph_pinned_buffers, mib(counters_.graph_pinned_bytes),
+                  captures_.load() ? ", another capture is in progress" : "; eviction resumes for every other buffer");
+}
+
+void MemoryManager::graph_launched(const char* api) {
+  if (!graphs_seen_.load()) opaque_graph(api);  // never captured under vcudnn: built some other way
+}
+
+void MemoryManager::opaque_graph(const char* api) {
+  if (opaque_graphs_.exchange(true)) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t restored = restore_all_locked();
   VCUDNN_LOG_WARN(
-      "offload: {} seen: CUDA graphs replay accesses vcudnn cannot see, so eviction is off from now on ({} evicted "
-      "buffers brought back); memory stays owned",
+      "offload: {}: a CUDA graph whose work vcudnn did not see captured is used, so eviction is off from now on ({} "
+      "evicted buffers brought back); memory stays owned",
       api, restored);
+}
+
+void MemoryManager::pin_for_graph(const std::vector<pool::Hit>& hits) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (const pool::Hit& h : hits) {
+    Buffer* b = reinterpret_cast<Buffer*>(h.id);
+    if (!is_live(b) || b->pinned.exchange(true)) continue;
+    ++counters_.graph_pinned_buffers;
+    counters_.graph_pinned_bytes += b->bytes;
+  }
+}
+
+void MemoryManager::pin_remembered(const void* owner, const char* api) {
+  std::vector<uint64_t> words;
+  {
+    std::lock_guard<std::mutex> lock(remembered_mu_);
+    const auto it = remembered_.find(owner);
+    if (it == remembered_.end()) return;
+    words = it->second;
+  }
+  pin(words.data(), words.size(), api);
+}
+
+void MemoryManager::prepare_query(uint64_t word, const char* /*api*/) {
+  const auto hit = index_.find(word);
+  if (!hit) return;
+  Buffer* b = reinterpret_cast<Buffer*>(hit->id);
+  if (b->state.load() != BufferState::kEvicted) return;  // mapped: the driver can answer
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!is_live(b)) return;
+  b->last_use.store(next_tick());
+  // The copy back is queued; the access that follows the query orders its stream after it.
+  restore_locked(b, std::nullopt, true);
 }
 
 void MemoryManager::count_foreign(const char* api, uint64_t bytes) {
@@ -570,7 +652,7 @@ EvictResult MemoryManager::evict(uint64_t address) {
   if (it == live_.end()) return EvictResult::kUnknown;
   Buffer* b = it->second;
   if (!b->large) return EvictResult::kTooSmall;
-  if (b->library || b->pinned.load() || graphs_seen_.load()) return EvictResult::kNotAllowed;
+  if (b->library || b->pinned.load() || eviction_paused()) return EvictResult::kNotAllowed;
   if (b->state.load() == BufferState::kEvicted) return EvictResult::kAlreadyEvicted;
   if (b->state.load() == BufferState::kResident) {
     b->state.store(BufferState::kEvicting, std::memory_order_seq_cst);
@@ -667,14 +749,14 @@ std::string MemoryManager::summary() const {
       "stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={} "
-      "pinned={} foreign={}",
+      "pinned={} graph_pinned={} ({}) foreign={}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored),
       mib(s.trimmed_bytes), mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(),
       s.stream_waits, s.fences,
       mib(s.peak_mapped), mib(s.peak_held),
       s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle), s.fragmentation, policy_->name(), s.tracked_calls,
-      s.tracked_hits, s.pinned_buffers, s.foreign_allocations);
+      s.tracked_hits, s.pinned_buffers, s.graph_pinned_buffers, mib(s.graph_pinned_bytes), s.foreign_allocations);
 }
 
 }  // namespace vcudnn::memory

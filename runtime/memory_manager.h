@@ -84,6 +84,8 @@ struct ManagerStats {
   uint64_t tracked_hits = 0;
   uint64_t foreign_allocations = 0;
   uint64_t pinned_buffers = 0;
+  uint64_t graph_pinned_buffers = 0;  // kept on the device because a captured CUDA graph uses them
+  uint64_t graph_pinned_bytes = 0;
   uint64_t host_waits = 0;    // every cause of host_waits.h
   uint64_t stream_waits = 0;  // stream-ordered waits made instead
   uint64_t fences = 0;        // events recorded
@@ -127,7 +129,14 @@ class MemoryManager {
   void remember(const void* owner, const uint64_t* words, size_t n);
   void forget(const void* owner);
   bool touch_remembered(const void* owner, StreamRef stream, const char* api);
-  void note_graph_use(const char* api);
+  // CUDA graphs (memory_access.h).
+  void capture_begins(const char* api);
+  void capture_ends(const char* api);
+  void graph_launched(const char* api);
+  void opaque_graph(const char* api);
+  void pin_remembered(const void* owner, const char* api);
+  // A pointer query on an evicted buffer: mapped again (its copy back queued) before the driver answers.
+  void prepare_query(uint64_t word, const char* api);
   void count_foreign(const char* api, uint64_t bytes);
   void stream_destroyed(Stream stream);
 
@@ -158,7 +167,12 @@ class MemoryManager {
   std::pair<uint64_t, uint64_t> budget_info() const;
   std::pair<uint64_t, uint64_t> memory_info(uint64_t device_free, uint64_t device_total) const;
   const std::optional<uint64_t>& budget() const { return config_.device_budget; }
+  // A stream capture has begun in this process (allocations on a capturing stream then go to CUDA).
   bool graphs_seen() const { return graphs_seen_.load(std::memory_order_relaxed); }
+  // No eviction while a capture is in progress, or at all once a graph vcudnn did not see built is used.
+  bool eviction_paused() const {
+    return captures_.load(std::memory_order_relaxed) > 0 || opaque_graphs_.load(std::memory_order_relaxed);
+  }
   ManagerStats stats() const;
   void reset_peak() { arena_.reset_peak(); }  // peak_mapped starts again from what is mapped now
   const HostWaitCounts& host_waits() const { return host_waits_; }
@@ -190,6 +204,8 @@ class MemoryManager {
   void settle_restore(Buffer* b, StreamRef stream);
   void stop_evicting(Buffer* b);
   uint64_t unevictable_bytes() const;
+  uint64_t restore_all_locked();  // every evicted buffer back and settled; returns how many
+  void pin_for_graph(const std::vector<pool::Hit>& hits);
 
   // The access path. Called without mu_.
   bool on_hits(const std::vector<pool::Hit>& hits, Access mode, StreamRef stream, const char* api);
@@ -215,6 +231,8 @@ class MemoryManager {
   uint64_t live_requested_ = 0;     // requested bytes of live buffers
   uint64_t evicted_requested_ = 0;  // the part of it evicted now
   std::atomic<bool> graphs_seen_{false};
+  std::atomic<uint32_t> captures_{0};        // stream captures in progress
+  std::atomic<bool> opaque_graphs_{false};   // a graph vcudnn did not see captured was used
   uint64_t serial_ = 0;
   ManagerStats counters_;  // the fields the manager counts itself; under mu_
 

@@ -5,6 +5,8 @@
 #include <mutex>
 
 #include "runtime/barrier.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/entry_points.h"
 #include "runtime/engine.h"
 #include "runtime/log.h"
 #include "runtime/memory/startup.h"
@@ -59,7 +61,9 @@ std::string Process::exit_line() {
   Engine* e = engine_.load(std::memory_order_acquire);
   line += e ? e->summary() : "no cuDNN calls";
   if (features_.own_memory) {
-    if (const memory::MemoryManager* m = memory_part().manager) line += "; memory: " + m->summary();
+    if (const memory::MemoryManager* m = memory_part().manager)
+      line += "; memory: " + m->summary() + " untracked_launches=" + std::to_string(cuda::untracked_launches()) + " " +
+              entry_points::summary();
   }
   if (uint64_t n = exceptions_caught()) line += "; " + std::to_string(n) + " internal errors caught (calls passed through)";
   if (uint64_t n = log::suppressed_count()) line += "; " + std::to_string(n) + " repeated warnings suppressed";

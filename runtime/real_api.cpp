@@ -1,9 +1,9 @@
 // Resolution of the real cuDNN and CUDA runtime.
 //
 // Note [Resolving the real libraries]
-// PyTorch loads libcudnn.so.9 as a dependency of a library opened RTLD_LOCAL, so dlsym(RTLD_NEXT)
+// PyTorch loads libcudnn.so.9 as a dependency of a library opened RTLD_LOCAL, so real_dlsym(RTLD_NEXT)
 // finds nothing there. Order, per library, decided once for all its symbols:
-//   1. dlsym(RTLD_NEXT, probe): the next object after libvcudnn in the global scope (a program
+//   1. real_dlsym(RTLD_NEXT, probe): the next object after libvcudnn in the global scope (a program
 //      linked against cuDNN, or the library after us in link order);
 //   2. dlopen(soname, RTLD_NOLOAD): a copy the process already loaded, whatever its path;
 //   3. dlopen(VCUDNN_CUDNN_LIBRARY or the soname): load one ourselves.
@@ -18,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/dl.h"
 #include "runtime/no_destroy.h"
 #include "runtime/options.h"
 
@@ -55,14 +56,14 @@ bool in_self(void* sym) {
 
 Source find_source(const LibrarySpec& spec) {
   Source s;
-  if (void* p = dlsym(RTLD_NEXT, spec.probe); p && !in_self(p)) {
+  if (void* p = real_dlsym(RTLD_NEXT, spec.probe); p && !in_self(p)) {
     s.handle = RTLD_NEXT;
     s.info = {true, file_of(p), "RTLD_NEXT", "", 0, ""};
     return s;
   }
   for (const char* soname : spec.sonames) {
     if (void* h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD)) {
-      void* p = dlsym(h, spec.probe);
+      void* p = real_dlsym(h, spec.probe);
       if (p && !in_self(p)) {
         s.handle = h;
         s.info = {true, file_of(p), std::string("already loaded as ") + soname, "", 0, ""};
@@ -78,8 +79,8 @@ Source find_source(const LibrarySpec& spec) {
     s.info.error = std::string(spec.what) + ": dlopen(" + path + ") failed: " + (err ? err : "?");
     return s;
   }
-  void* p = dlsym(h, spec.probe);
-  const bool is_vcudnn = dlsym(h, "vcudnnGetVersionString") != nullptr || in_self(p);
+  void* p = real_dlsym(h, spec.probe);
+  const bool is_vcudnn = real_dlsym(h, "vcudnnGetVersionString") != nullptr || in_self(p);
   if (!p || is_vcudnn) {
     s.info.error =
         std::string(spec.what) + ": " + path +
@@ -94,7 +95,7 @@ Source find_source(const LibrarySpec& spec) {
 
 template <typename Fn>
 void bind(const Source& s, LibraryInfo& info, Fn& slot, const char* name) {
-  void* p = s.handle ? dlsym(s.handle, name) : nullptr;
+  void* p = s.handle ? real_dlsym(s.handle, name) : nullptr;
   if (p && in_self(p)) p = nullptr;
   slot = reinterpret_cast<Fn>(p);
   if (!p && s.handle) {
@@ -181,7 +182,7 @@ CudartState& cudart_state() {
 void* real_symbol(Library lib, const char* name) {
   const Source& s = source(lib);
   if (!s.handle) return nullptr;
-  void* p = dlsym(s.handle, name);
+  void* p = real_dlsym(s.handle, name);
   return p && !in_self(p) ? p : nullptr;
 }
 

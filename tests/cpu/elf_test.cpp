@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/entry_points.h"
 #include "tests/common/test_util.h"
 
 namespace {
@@ -139,6 +140,7 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 // cudnn*, cublas* (cuBLASLt included), cuda* and __cuda* (CUDA runtime), cu[A-Z]* (driver), vcudnn*.
 bool interposable_name(const std::string& s) {
+  if (s == "dlsym") return true;  // driver entry points looked up on a libcuda handle (entry_points.h)
   for (const char* prefix : {"cudnn", "cublas", "cuda", "__cuda", "vcudnn"})
     if (starts_with(s, prefix)) return true;
   return s.size() > 2 && starts_with(s, "cu") && s[2] >= 'A' && s[2] <= 'Z';
@@ -217,7 +219,7 @@ TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
   }
 }
 
-TEST_CASE("elf: only cudnn*, cublas*, cuda*, __cuda*, cu[A-Z]* and vcudnn* are defined", "[elf]") {
+TEST_CASE("elf: only cudnn*, cublas*, cuda*, __cuda*, cu[A-Z]*, vcudnn* and dlsym are defined", "[elf]") {
   int defined = 0;
   for (const auto& s : libvcudnn().dynsym) {
     if (!s.defined || s.bind == STB_LOCAL) continue;
@@ -248,4 +250,25 @@ TEST_CASE("elf: descriptor getters and other used-only functions are not interpo
     auto it = syms.find(name);
     CHECK((it == syms.end() || !it->second.defined));
   }
+}
+
+// A driver hook missing from entry_points' list would be handed out by the dynamic linker but not by
+// dlsym on a libcuda handle or cuGetProcAddress: launches through those would go unseen.
+TEST_CASE("elf: every exported driver hook is handed out by the entry-point lookups, and only those", "[elf]") {
+  std::set<std::string> exported;
+  for (const auto& s : libvcudnn().dynsym) {
+    if (s.defined && s.bind != STB_LOCAL && s.name.size() > 2 && starts_with(s.name, "cu") && s.name[2] >= 'A' &&
+        s.name[2] <= 'Z' && !starts_with(s.name, "cuGetProcAddress"))
+      exported.insert(s.name);
+  }
+  size_t n = 0;
+  const char* const* names = vcudnn::entry_points::hooked_names(&n);
+  const std::set<std::string> listed(names, names + n);
+  CHECK(exported == listed);
+  CHECK(listed.count("cuLaunchKernelEx"));
+  CHECK(listed.count("cuPointerGetAttribute"));
+#if defined(__x86_64__)
+  CHECK(by_name(libvcudnn().dynsym).count("dlsym") == 1);
+#endif
+  CHECK(by_name(libvcudnn().dynsym).count("cuGetProcAddress_v2") == 1);
 }

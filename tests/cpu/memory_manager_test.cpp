@@ -720,3 +720,81 @@ TEST_CASE("memory manager: at synchronisations, memory unused for a whole interv
   CHECK(m.host_waits().total() == 0);
   CHECK_MSG_ERRORS(dev);
 }
+
+// Note [CUDA graphs under a budget]: what a capture touches stays; the rest is evicted as before.
+TEST_CASE("memory manager: buffers a CUDA graph capture uses stay on the device; eviction resumes for the rest",
+          "[memory][graph]") {
+  Active on;
+  SimDevice dev(kG, 8);
+  MemoryManager m(dev, dev, dev, config(8 * kG));
+  Program p{m, dev};
+  const Stream s = stream_n(1);
+  const auto a = m.allocate(4 * kMiB, s, Origin::kFramework);
+  const auto b = m.allocate(4 * kMiB, s, Origin::kFramework);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(p.write(*a, 4 * kMiB, 1, s));
+  REQUIRE(p.write(*b, 4 * kMiB, 2, s));
+  REQUIRE(m.evict(*b) == EvictResult::kOk);
+  CHECK(m.stats().evicted_now > 0);
+
+  m.capture_begins("cudaStreamBeginCapture");  // b comes back before capture starts
+  CHECK(m.stats().evicted_now == 0);
+  CHECK(m.eviction_paused());
+  REQUIRE(p.check(*a, 4 * kMiB, 1, s));  // captured: a is the graph's
+  CHECK(m.evict(*b) == EvictResult::kNotAllowed);  // nothing is evicted during a capture
+  m.capture_ends("cudaStreamEndCapture");
+  CHECK_FALSE(m.eviction_paused());
+  CHECK(m.stats().graph_pinned_buffers == 1);
+  CHECK(m.stats().graph_pinned_bytes == 4 * kMiB);
+
+  CHECK(m.evict(*a) == EvictResult::kNotAllowed);
+  CHECK(m.evict(*b) == EvictResult::kOk);
+  // Pressure: three more buffers of 4 MiB in a budget of 16 MiB evict, but never a.
+  std::vector<uint64_t> more;
+  for (uint32_t i = 0; i < 3; ++i) {
+    const auto c = m.allocate(4 * kMiB, s, Origin::kFramework);
+    REQUIRE(c);
+    REQUIRE(p.write(*c, 4 * kMiB, 10 + i, s));
+    more.push_back(*c);
+  }
+  CHECK(m.stats().peak_mapped <= 8 * kG);
+  REQUIRE(p.check(*a, 4 * kMiB, 1, s));
+  CHECK(m.stats().fault_ins == 0);  // a never left
+  REQUIRE(p.check(*b, 4 * kMiB, 2, s));  // b comes back intact
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+
+  // A graph launched before any capture was seen was built some other way: eviction stops.
+  SimDevice dev2(kG, 8);
+  MemoryManager m2(dev2, dev2, dev2, config(8 * kG));
+  const auto x = m2.allocate(4 * kMiB, s, Origin::kFramework);
+  REQUIRE(x);
+  m2.graph_launched("cudaGraphLaunch");
+  CHECK(m2.eviction_paused());
+  CHECK(m2.evict(*x) == EvictResult::kNotAllowed);
+  dev2.run_all();
+}
+
+TEST_CASE("memory manager: a pointer query maps an evicted buffer again; the access after it reads the bytes",
+          "[memory]") {
+  Active on;
+  SimDevice dev(kG, 8);
+  MemoryManager m(dev, dev, dev, config(8 * kG));
+  Program p{m, dev};
+  const Stream s = stream_n(2);
+  const auto a = m.allocate(6 * kMiB, s, Origin::kFramework);
+  REQUIRE(a);
+  REQUIRE(p.write(*a, 6 * kMiB, 5, s));
+  REQUIRE(m.evict(*a) == EvictResult::kOk);
+  const uint64_t restores = m.stats().restores;
+  m.prepare_query(*a + 4096, "cuPointerGetAttribute");
+  CHECK(m.stats().evicted_now == 0);
+  CHECK(m.stats().restores == restores + 1);
+  m.prepare_query(*a, "cuPointerGetAttribute");  // resident: nothing to do
+  m.prepare_query(0x1000, "cuPointerGetAttribute");  // not vcudnn's
+  CHECK(m.stats().restores == restores + 1);
+  REQUIRE(p.check(*a, 6 * kMiB, 5, s));  // ordered after the copy back
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+}

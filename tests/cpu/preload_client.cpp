@@ -11,6 +11,11 @@
 //             each is another function than the library's own (all_interposed).
 //   self:     loads no cuDNN and calls one hooked function, so vcudnn must load cuDNN itself
 //             (VCUDNN_CUDNN_LIBRARY); prints the status.
+//   dlsym:    loads the driver library named by argv[2] (the toolkit's stub libcuda.so, RTLD_LOCAL)
+//             and looks up functions on its handle as Triton's launcher does; prints whether a
+//             hooked name came back as the preloaded hook, an unhooked one as the library's own,
+//             RTLD_NEXT from this program still meant "after this program", and a missing name
+//             still set dlerror.
 //   none:     calls nothing.
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -223,8 +228,40 @@ int run_self() {
 
 }  // namespace
 
+std::string file_of(void* p) {
+  Dl_info info{};
+  return p && dladdr(p, &info) && info.dli_fname ? info.dli_fname : "";
+}
+
+int run_dlsym(const char* driver) {
+  void* h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    std::printf("dlopen failed: %s\n", dlerror());
+    return 1;
+  }
+  void* hook = dlsym(RTLD_DEFAULT, "cuLaunchKernelEx");  // the preloaded library's
+  void* launch = dlsym(h, "cuLaunchKernelEx");
+  void* query = dlsym(h, "cuPointerGetAttribute");
+  void* init = dlsym(h, "cuInit");                     // not hooked
+  void* proc = dlsym(h, "cuGetProcAddress_v2");        // the runtime's own lookups keep the driver's
+  void* next = dlsym(RTLD_NEXT, "cuLaunchKernelEx");   // the next object after this program: the preload
+  dlerror();
+  void* missing = dlsym(h, "cuNoSuchFunction");
+  const char* error = dlerror();
+  std::printf("hook_found=%d\n", hook != nullptr);
+  std::printf("launch_is_hook=%d\n", launch && launch == hook);
+  std::printf("query_is_hook=%d\n", query && query == dlsym(RTLD_DEFAULT, "cuPointerGetAttribute"));
+  std::printf("unhooked_is_driver=%d\n", init && file_of(init) == file_of(dlsym(h, "cuDriverGetVersion")) &&
+                                           file_of(init).find("libcuda") != std::string::npos);
+  std::printf("proc_is_driver=%d\n", proc && file_of(proc).find("libcuda") != std::string::npos);
+  std::printf("rtld_next_is_hook=%d\n", next && next == hook);
+  std::printf("missing_sets_error=%d\n", missing == nullptr && error != nullptr);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "statuses";
+  if (mode == "dlsym") return argc > 2 ? run_dlsym(argv[2]) : 2;
   if (mode == "statuses") return run_statuses();
   if (mode == "tracked") return run_tracked();
   if (mode == "self") return run_self();

@@ -18,11 +18,14 @@ namespace {
 
 std::string client() { return exe_dir() + "/vcudnn_preload_client"; }
 
-ProcessResult run_client(const std::string& mode, std::map<std::string, std::optional<std::string>> env) {
+ProcessResult run_client(const std::string& mode, std::map<std::string, std::optional<std::string>> env,
+                         std::vector<std::string> extra = {}) {
   env.emplace("LD_PRELOAD", libvcudnn_path());
   // The suite's own VCUDNN_BUILD_DIR is no vcudnn setting: vcudnn would warn about it.
   env.emplace("VCUDNN_BUILD_DIR", std::nullopt);
-  return run_process({client(), mode}, env);
+  std::vector<std::string> argv{client(), mode};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return run_process(argv, env);
 }
 
 }  // namespace
@@ -224,3 +227,22 @@ TEST_CASE("a preloaded child runs with the defaults whatever VCUDNN_* the caller
   CHECK(grep(log, "active: policy=record").size() == 1);  // not passthrough, and logged despite level off
   CHECK(grep(log, "VCUDNN_SO").empty());                  // no warning about an unknown name
 }
+
+#if defined(__x86_64__)
+// Triton's launcher and PyTorch's lazy NVRTC stub take cuLaunchKernelEx, cuPointerGetAttribute & co.
+// from dlsym on a libcuda handle, not from the dynamic linker: vcudnn's dlsym hands out its hooks
+// there, and nothing else changes (the toolkit's stub libcuda.so stands in for the driver).
+TEST_CASE("dlsym on a libcuda handle gives vcudnn's driver hooks; every other lookup is unchanged", "[preload]") {
+  const std::string stub = VCUDNN_CUDA_STUB_DIR "/libcuda.so";
+  if (!std::filesystem::exists(stub)) {
+    WARN("skipped: no " << stub);
+    return;
+  }
+  const auto r = run_client("dlsym", {}, {stub});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* line : {"hook_found=1", "launch_is_hook=1", "query_is_hook=1", "unhooked_is_driver=1",
+                           "proc_is_driver=1", "rtld_next_is_hook=1", "missing_sets_error=1"})
+    CHECK(r.out.find(line) != std::string::npos);
+}
+#endif
