@@ -192,7 +192,8 @@ def vcudnn_memory_stats():
 OFFLOAD_MODELS = ("resnet18", "resnet50", "transformer")
 
 
-def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=256, vocab=1000, pin_cores=True):
+def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=256, vocab=1000, pin_cores=True,
+                   compile_mode=None, graphed=False):
     """A training step on synthetic data generated on the CPU from `seed`, so that every process, whatever it
     preloads, starts from the same weights and sees the same bytes. resnet18/resnet50 (or any other torchvision
     classification model, by name): images batch x 3 x size x size, `num_classes` classes, SGD with momentum.
@@ -200,7 +201,9 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
     nn.TransformerEncoder (d_model 512, 8 heads, 6 layers, feed-forward 2048, dropout 0.1, batch_first) + linear head,
     `seq` tokens of a `vocab`-word vocabulary, cross-entropy per token, AdamW. Returns step(), which runs one
     iteration and returns the loss as a CUDA tensor (no synchronisation). Dropout draws from CUDA's generator,
-    seeded here too. pin_cores: run on cores 2-7, as training_step does (less placement noise)."""
+    seeded here too. pin_cores: run on cores 2-7, as training_step does (less placement noise).
+    compile_mode: torch.compile the model with this mode ("default", "reduce-overhead", ...); graphed: the model
+    through torch.cuda.make_graphed_callables (forward and backward replayed as CUDA graphs)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -233,6 +236,10 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
         raise ValueError(f"unknown model {model_name!r} (expected one of {', '.join(OFFLOAD_MODELS)})")
     model.train()
     x, y = x.cuda(), y.cuda()
+    if graphed:
+        model = torch.cuda.make_graphed_callables(model, (x,))
+    if compile_mode:
+        model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
 
     def step():
         opt.zero_grad(set_to_none=True)

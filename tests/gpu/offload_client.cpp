@@ -359,9 +359,51 @@ std::vector<uint32_t> random_words(size_t n, uint64_t seed) {
 
 // ---- kernels, loaded both ways ------------------------------------------------------------------
 
-enum class Path { kRuntime, kDriver, kRuntimeEx };
+// kDlsym, kProcAddress, kEntryPoint: the driver's launch functions as Triton's launcher and
+// PyTorch's driver table get them (dlsym on a libcuda handle, cuGetProcAddress,
+// cudaGetDriverEntryPointByVersion), not from the dynamic linker.
+enum class Path { kRuntime, kDriver, kRuntimeEx, kDlsym, kProcAddress, kEntryPoint };
 const char* path_name(Path p) {
-  return p == Path::kRuntime ? "cudaLaunchKernel" : p == Path::kDriver ? "cuLaunchKernel" : "cudaLaunchKernelExC";
+  switch (p) {
+    case Path::kRuntime:
+      return "cudaLaunchKernel";
+    case Path::kDriver:
+      return "cuLaunchKernel";
+    case Path::kRuntimeEx:
+      return "cudaLaunchKernelExC";
+    case Path::kDlsym:
+      return "dlsym_cuLaunchKernelEx";
+    case Path::kProcAddress:
+      return "cuGetProcAddress_cuLaunchKernel";
+    case Path::kEntryPoint:
+      return "cudaGetDriverEntryPointByVersion_cuLaunchKernel";
+  }
+  return "?";
+}
+
+struct EntryPoints {
+  decltype(&::cuLaunchKernelEx) dlsym_launch_ex = nullptr;
+  decltype(&::cuPointerGetAttribute) dlsym_query = nullptr;
+  decltype(&::cuLaunchKernel) proc_launch = nullptr;
+  decltype(&::cuLaunchKernel) runtime_launch = nullptr;
+};
+
+EntryPoints find_entry_points() {
+  EntryPoints e;
+  void* libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (libcuda) {
+    e.dlsym_launch_ex = reinterpret_cast<decltype(e.dlsym_launch_ex)>(dlsym(libcuda, "cuLaunchKernelEx"));
+    e.dlsym_query = reinterpret_cast<decltype(e.dlsym_query)>(dlsym(libcuda, "cuPointerGetAttribute"));
+  }
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  if (cuGetProcAddress("cuLaunchKernel", &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS)
+    e.proc_launch = reinterpret_cast<decltype(e.proc_launch)>(p);
+  p = nullptr;
+  cudaDriverEntryPointQueryResult rt_found{};
+  if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &p, 12000, cudaEnableDefault, &rt_found) == cudaSuccess)
+    e.runtime_launch = reinterpret_cast<decltype(e.runtime_launch)>(p);
+  return e;
 }
 
 struct Kernel {
@@ -372,6 +414,7 @@ struct Kernel {
 struct Kernels {
   CUcontext context = nullptr;  // the primary context, which the runtime uses too
   Kernel derive, fill, xr;
+  EntryPoints entry;
 };
 
 Kernels load_kernels() {
@@ -392,13 +435,38 @@ Kernels load_kernels() {
     CHECK_CUDA(cudaLibraryGetKernel(&kernel->runtime, lib, name));
     CHECK_CU(cuModuleGetFunction(&kernel->driver, mod, name));
   }
+  k.entry = find_entry_points();
   return k;  // library and module live until the process ends
 }
 
 // Launches `k` with grid-stride blocks covering `n` elements; the status of the launch call.
-cudaError_t launch(const Kernel& k, Path path, uint64_t n, void** args, cudaStream_t stream) {
+cudaError_t driver_status(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return cudaSuccess;
+  const char* name = nullptr;
+  cuGetErrorName(r, &name);
+  std::fprintf(stderr, "%s: %s\n", what, name ? name : "?");
+  return cudaErrorLaunchFailure;
+}
+
+cudaError_t launch(const Kernel& k, const EntryPoints& e, Path path, uint64_t n, void** args, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(std::clamp<uint64_t>((n + kBlock - 1) / kBlock, 1, 2048));
   switch (path) {
+    case Path::kDlsym: {
+      if (!e.dlsym_launch_ex) return cudaErrorSymbolNotFound;
+      CUlaunchConfig config{};
+      config.gridDimX = blocks;
+      config.gridDimY = config.gridDimZ = 1;
+      config.blockDimX = kBlock;
+      config.blockDimY = config.blockDimZ = 1;
+      config.hStream = stream;
+      return driver_status(e.dlsym_launch_ex(&config, k.driver, args, nullptr), path_name(path));
+    }
+    case Path::kProcAddress:
+    case Path::kEntryPoint: {
+      const auto fn = path == Path::kProcAddress ? e.proc_launch : e.runtime_launch;
+      if (!fn) return cudaErrorSymbolNotFound;
+      return driver_status(fn(k.driver, blocks, 1, 1, kBlock, 1, 1, 0, stream, args, nullptr), path_name(path));
+    }
     case Path::kRuntime:
       return cudaLaunchKernel(reinterpret_cast<const void*>(k.runtime), dim3(blocks), dim3(kBlock), args, 0, stream);
     case Path::kDriver: {
@@ -423,18 +491,18 @@ cudaError_t launch(const Kernel& k, Path path, uint64_t n, void** args, cudaStre
 cudaError_t launch_derive(const Kernels& k, Path path, const uint32_t* in, uint64_t n_in, uint32_t* out, uint64_t n_out,
                           uint32_t salt, cudaStream_t stream) {
   void* args[] = {&in, &n_in, &out, &n_out, &salt};
-  return launch(k.derive, path, n_out, args, stream);
+  return launch(k.derive, k.entry, path, n_out, args, stream);
 }
 
 cudaError_t launch_fill(const Kernels& k, Path path, uint32_t* out, uint64_t n, uint32_t seed, cudaStream_t stream) {
   void* args[] = {&out, &n, &seed};
-  return launch(k.fill, path, n, args, stream);
+  return launch(k.fill, k.entry, path, n, args, stream);
 }
 
 cudaError_t launch_xor(const Kernels& k, Path path, const uint32_t* in, uint64_t n, uint32_t* acc,
                        cudaStream_t stream) {
   void* args[] = {&in, &n, &acc};
-  return launch(k.xr, path, n, args, stream);
+  return launch(k.xr, k.entry, path, n, args, stream);
 }
 
 template <typename T>
@@ -674,6 +742,40 @@ int cmd_faultin(const Vcudnn& v, const Kernels& k) {
     std::memcpy(reinterpret_cast<uint8_t*>(want.data()) + up_off, patch.data(), patch.size() * 4);
     f.compare(in, want, "upload_partial_data");
     CHECK_CUDA(cudaMemcpy(in, input.data(), bytes, cudaMemcpyHostToDevice));  // back to the input
+  }
+
+  {  // a pointer query (the driver's own, taken by dlsym as Triton does) on an evicted buffer
+    c.check(k.entry.dlsym_query != nullptr, "query_found", "dlsym(libcuda, cuPointerGetAttribute)");
+    const auto before = f.evict(in, "input");
+    CUdeviceptr answer = 0;
+    const CUresult r = k.entry.dlsym_query ? k.entry.dlsym_query(&answer, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                                                                   reinterpret_cast<CUdeviceptr>(in))
+                                           : CUDA_ERROR_NOT_FOUND;
+    c.check(r == CUDA_SUCCESS && answer == reinterpret_cast<CUdeviceptr>(in), "query_evicted",
+            strf("status %d, answer %p for %p", static_cast<int>(r), reinterpret_cast<void*>(answer), in_p));
+    f.faulted(before, "query", 1);
+    cudaPointerAttributes attributes{};
+    const auto before2 = f.evict(in, "input");
+    const cudaError_t e = cudaPointerGetAttributes(&attributes, in);
+    c.check(e == cudaSuccess && attributes.type == cudaMemoryTypeDevice && attributes.devicePointer == in_p,
+            "runtime_query_evicted", strf("%s, type %d", cudaGetErrorName(e), static_cast<int>(attributes.type)));
+    f.faulted(before2, "runtime_query", 1);
+    f.compare(in, input, "query_data");
+  }
+
+  // The driver's launch functions as libraries obtain them without the dynamic linker.
+  for (Path path : {Path::kDlsym, Path::kProcAddress, Path::kEntryPoint}) {
+    const std::string name = path_name(path);
+    const uint32_t salt = 41 + static_cast<uint32_t>(path);
+    CHECK_CUDA(cudaMemset(out, 0xff, bytes));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const auto before = f.evict(in, "input");
+    const cudaError_t e = launch_derive(k, path, in, n, out, n, salt, s);
+    c.check(e == cudaSuccess, name + "_launch", cudaGetErrorName(e));
+    if (e != cudaSuccess) continue;
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    f.faulted(before, name, 1);
+    f.compare(out, derive_host(input, n, salt), name + "_output");
   }
 
   {  // last, because a missed fault here is an illegal address that ends the context

@@ -50,6 +50,9 @@ def main():
     p.add_argument("--size", type=int, default=224, help="image side for the resnets")
     p.add_argument("--classes", type=int, default=10, help="classes for the resnets")
     p.add_argument("--seq", type=int, default=256, help="tokens per sample for the transformer")
+    p.add_argument("--compile", default=None, metavar="MODE",
+                   help="torch.compile the model: default, reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs")
+    p.add_argument("--graphed", action="store_true", help="torch.cuda.make_graphed_callables on the model")
     p.add_argument("--json", required=True, help="result file")
     args = p.parse_args()
 
@@ -57,12 +60,16 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("train_offload.py: no CUDA device visible to PyTorch")
     make_deterministic(torch)
+    if args.compile:
+        import torch._inductor.config as inductor_config
+        if hasattr(inductor_config, "deterministic"):  # no kernel choice by timing (PyTorch >= 2.7)
+            inductor_config.deterministic = True
     if args.benchmark:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = True
     step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seed=args.seed, num_classes=args.classes,
-                                   seq=args.seq, pin_cores=False)
+                                   seq=args.seq, pin_cores=False, compile_mode=args.compile, graphed=args.graphed)
     losses, step_ms, first_step_peaks = [], [], None
     for i in range(args.steps):
         torch.cuda.synchronize()
@@ -92,6 +99,8 @@ def main():
         "finite": all(math.isfinite(v) for v in losses),
         "step_ms": step_ms,
         "cudnn_benchmark": args.benchmark,
+        "compile": args.compile,
+        "graphed": args.graphed,
         **first_step_peaks,  # max_memory_allocated / reserved of the first three steps
         "steady_max_memory_allocated": steady["max_memory_allocated"],
         "steady_max_memory_reserved": steady["max_memory_reserved"],
