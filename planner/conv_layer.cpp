@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "planner/json_read.h"
+
 namespace vcudnn {
 namespace {
 
@@ -47,8 +49,10 @@ std::vector<int64_t> to_vector(const Array& a, int n) {
 
 template <typename Array>
 void from_vector(const nlohmann::json& j, Array& a, int32_t* n) {
-  auto v = j.get<std::vector<int64_t>>();
-  if (v.size() > static_cast<size_t>(kMaxDims)) throw nlohmann::json::other_error::create(501, "too many dims", &j);
+  if (!j.is_array()) json_read::refuse(j, "dims", "not an array");
+  if (j.size() > static_cast<size_t>(kMaxDims)) throw nlohmann::json::other_error::create(501, "too many dims", &j);
+  std::vector<int64_t> v;
+  for (const auto& e : j) v.push_back(json_read::integer<int64_t>(e, "dims[]"));
   a.fill(0);
   std::copy(v.begin(), v.end(), a.begin());
   if (n) *n = static_cast<int32_t>(v.size());
@@ -63,7 +67,7 @@ void tensor_to_json(nlohmann::json& j, const TensorFingerprint& t) {
 }
 
 void tensor_from_json(const nlohmann::json& j, TensorFingerprint& t) {
-  t.dtype = j.at("dtype").get<int32_t>();
+  t.dtype = json_read::integer_at<int32_t>(j, "dtype");
   from_vector(j.at("dims"), t.dims, &t.nb_dims);
   int32_t n = 0;
   from_vector(j.at("strides"), t.strides, &n);
@@ -195,8 +199,8 @@ void from_json(const nlohmann::json& j, ConvLayer& layer) {
   tensor_from_json(j.at("x"), layer.x);
   tensor_from_json(j.at("y"), layer.y);
   const auto& w = j.at("w");
-  layer.w.dtype = w.at("dtype").get<int32_t>();
-  layer.w.format = w.at("format").get<int32_t>();
+  layer.w.dtype = json_read::integer_at<int32_t>(w, "dtype");
+  layer.w.format = json_read::integer_at<int32_t>(w, "format");
   from_vector(w.at("dims"), layer.w.dims, &layer.w.nb_dims);
   const auto& c = j.at("conv");
   from_vector(c.at("pad"), layer.conv.pad, &layer.conv.spatial_dims);
@@ -205,11 +209,11 @@ void from_json(const nlohmann::json& j, ConvLayer& layer) {
   from_vector(c.at("dilation"), layer.conv.dilation, &n_dilation);
   if (n_stride != layer.conv.spatial_dims || n_dilation != layer.conv.spatial_dims)
     throw nlohmann::json::other_error::create(501, "pad, stride and dilation differ in rank", &c);
-  layer.conv.mode = c.at("mode").get<int32_t>();
-  layer.conv.compute_type = c.at("compute_type").get<int32_t>();
-  layer.conv.groups = c.at("groups").get<int32_t>();
-  layer.conv.math_type = c.at("math_type").get<int32_t>();
-  layer.conv.reorder_type = c.value("reorder_type", 0);
+  layer.conv.mode = json_read::integer_at<int32_t>(c, "mode");
+  layer.conv.compute_type = json_read::integer_at<int32_t>(c, "compute_type");
+  layer.conv.groups = json_read::integer_at<int32_t>(c, "groups");
+  layer.conv.math_type = json_read::integer_at<int32_t>(c, "math_type");
+  layer.conv.reorder_type = json_read::integer_or<int32_t>(c, "reorder_type", 0);
 }
 
 }  // namespace vcudnn

@@ -13,10 +13,17 @@
 #include <fstream>
 #include <sstream>
 
+#include "planner/json_read.h"
 #include "planner/output_file.h"
 
 namespace vcudnn {
 namespace {
+
+using json_read::integer;
+using json_read::integer_at;
+using json_read::integer_or;
+using json_read::real_at;
+using json_read::real_or;
 
 constexpr const char* kCallKindNames[kCallKindCount] = {
     "create",           "destroy",        "set_stream",        "get_stream",         "convolution",
@@ -99,36 +106,36 @@ nlohmann::json call_to_json(const TraceCall& c) {
 
 TraceCall call_from_json(const nlohmann::json& j) {
   TraceCall c;
-  c.seq = j.at("seq").get<uint64_t>();
-  c.host_us = j.at("host_us").get<double>();
-  c.thread = j.at("thread").get<uint32_t>();
-  c.handle = j.at("handle").get<uint32_t>();
-  c.stream = j.at("stream").get<uint32_t>();
+  c.seq = integer_at<uint64_t>(j, "seq");
+  c.host_us = real_at<double>(j, "host_us");
+  c.thread = integer_at<uint32_t>(j, "thread");
+  c.handle = integer_at<uint32_t>(j, "handle");
+  c.stream = integer_at<uint32_t>(j, "stream");
   auto kind = call_kind_from_name(j.at("kind").get<std::string>());
   if (!kind) throw nlohmann::json::other_error::create(501, "unknown call kind", &j);
   c.kind = *kind;
-  c.status = j.at("status").get<int32_t>();
+  c.status = integer_at<int32_t>(j, "status");
   if (call_has_conv_kind(c.kind)) c.conv = conv_kind_from_name(j.at("conv"));
-  if (call_has_layer(c.kind)) c.layer = j.at("layer").get<int32_t>();
-  c.algo = j.value("algo", -1);
-  c.workspace_bytes = j.value("workspace_bytes", uint64_t{0});
+  if (call_has_layer(c.kind)) c.layer = integer_at<int32_t>(j, "layer");
+  c.algo = integer_or<int32_t>(j, "algo", -1);
+  c.workspace_bytes = integer_or<uint64_t>(j, "workspace_bytes", 0);
   if (j.contains("ptrs")) {
     const auto& p = j["ptrs"];
     c.ptrs = {unhex(p.at("x")), unhex(p.at("w")), unhex(p.at("y")), unhex(p.at("workspace"))};
   }
-  c.alpha = j.value("alpha", 0.0);
-  c.beta = j.value("beta", 0.0);
-  c.requested = j.value("requested", 0);
-  c.returned = j.value("returned", 0);
+  c.alpha = real_or<double>(j, "alpha", 0.0);
+  c.beta = real_or<double>(j, "beta", 0.0);
+  c.requested = integer_or<int32_t>(j, "requested", 0);
+  c.returned = integer_or<int32_t>(j, "returned", 0);
   if (j.contains("perf")) {
     for (const auto& p : j["perf"])
-      c.perf.push_back({p.at("algo").get<int32_t>(), p.at("status").get<int32_t>(), p.at("time_ms").get<float>(),
-                        p.at("memory").get<uint64_t>(), p.at("determinism").get<int32_t>(),
-                        p.at("math_type").get<int32_t>()});
+      c.perf.push_back({integer_at<int32_t>(p, "algo"), integer_at<int32_t>(p, "status"), real_at<float>(p, "time_ms"),
+                        integer_at<uint64_t>(p, "memory"), integer_at<int32_t>(p, "determinism"),
+                        integer_at<int32_t>(p, "math_type")});
   }
-  c.user_layer = j.value("user_layer", uint64_t{0});
-  if (j.contains("gpu_ms") && !j["gpu_ms"].is_null()) c.gpu_ms = j["gpu_ms"].get<float>();
-  c.captured = j.value("captured", false);
+  c.user_layer = integer_or<uint64_t>(j, "user_layer", 0);
+  if (j.contains("gpu_ms") && !j["gpu_ms"].is_null()) c.gpu_ms = json_read::real<float>(j["gpu_ms"], "gpu_ms");
+  c.captured = json_read::boolean_or(j, "captured", false);
   return c;
 }
 
@@ -173,17 +180,17 @@ void from_json(const nlohmann::json& j, Trace& t) {
         501, "trace schema is \"" + schema + "\", this vcudnn reads \"" + std::string(kTraceSchema) + "\"", &j);
   t = Trace{};
   t.vcudnn_version = j.at("vcudnn_version").get<std::string>();
-  t.cudnn_version = j.at("cudnn_version").get<int64_t>();
+  t.cudnn_version = integer_at<int64_t>(j, "cudnn_version");
   t.cudnn_library = j.at("cudnn_library").get<std::string>();
-  t.pid = j.at("pid").get<int64_t>();
+  t.pid = integer_at<int64_t>(j, "pid");
   t.program = j.at("program").get<std::string>();
   const auto& it = j.at("iteration");
   t.detected_by = it.at("detected_by").get<std::string>();
   t.complete = it.at("complete").get<bool>();
-  t.first_seq = it.at("first_seq").get<uint64_t>();
-  t.end_seq = it.at("end_seq").get<uint64_t>();
+  t.first_seq = integer_at<uint64_t>(it, "first_seq");
+  t.end_seq = integer_at<uint64_t>(it, "end_seq");
   t.layers = j.at("layers").get<std::vector<ConvLayer>>();
-  t.threads = j.at("threads").get<std::vector<uint64_t>>();
+  for (const auto& thread : j.at("threads")) t.threads.push_back(integer<uint64_t>(thread, "threads[]"));
   t.handles = unhex_list(j.at("handles"));
   t.streams = unhex_list(j.at("streams"));
   for (const auto& c : j.at("calls")) {
@@ -191,8 +198,20 @@ void from_json(const nlohmann::json& j, Trace& t) {
     if (call.thread >= t.threads.size() || call.handle >= t.handles.size() || call.stream >= t.streams.size() ||
         call.layer < -1 || call.layer >= static_cast<int32_t>(t.layers.size()))
       throw nlohmann::json::other_error::create(501, "call " + std::to_string(call.seq) + " refers past a table", &c);
+    if (!t.calls.empty() && call.seq <= t.calls.back().seq)
+      throw nlohmann::json::other_error::create(
+          501, "call " + std::to_string(call.seq) + " follows call " + std::to_string(t.calls.back().seq) +
+                   ": sequence numbers must increase",
+          &c);
+    if (call.host_us < 0)
+      throw nlohmann::json::other_error::create(501, "call " + std::to_string(call.seq) + " has a negative host_us",
+                                                &c);
     t.calls.push_back(std::move(call));
   }
+  if (t.first_seq > t.end_seq)
+    throw nlohmann::json::other_error::create(
+        501, "iteration.first_seq " + std::to_string(t.first_seq) + " is after end_seq " + std::to_string(t.end_seq),
+        &it);
 }
 
 Result<Trace> parse_trace(std::string_view text) {
@@ -204,11 +223,30 @@ Result<Trace> parse_trace(std::string_view text) {
 }
 
 Result<Trace> read_trace(const std::string& path) {
+  // Only a regular file of a sane size is read: a directory, a device (/dev/urandom) or a FIFO is
+  // refused by name rather than read for ever.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec) return Error{"cannot open trace " + path + ": " + ec.message()};
+  if (!std::filesystem::is_regular_file(status)) {
+    const char* what = std::filesystem::is_directory(status)  ? "a directory"
+                       : std::filesystem::is_fifo(status)     ? "a FIFO"
+                       : std::filesystem::is_character_file(status) || std::filesystem::is_block_file(status)
+                           ? "a device"
+                           : "not a regular file";
+    return Error{"cannot read trace " + path + ": it is " + std::string(what) + ", not a trace file"};
+  }
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxTraceBytes)
+    return Error{"cannot read trace " + path + ": it has " + std::to_string(size >> 20) + " MiB, more than the " +
+                 std::to_string(kMaxTraceBytes >> 20) + " MiB a trace may have"};
   std::ifstream in(path);
   if (!in) return Error{"cannot open trace " + path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto r = parse_trace(ss.str());
+  std::string text;
+  text.resize(static_cast<size_t>(size));
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  auto r = parse_trace(text);
   if (!r) return Error{path + ": " + r.error().message};
   return r;
 }

@@ -102,6 +102,9 @@ void to_json(nlohmann::json& j, const Trace& trace);
 void from_json(const nlohmann::json& j, Trace& trace);
 
 Result<Trace> parse_trace(std::string_view text);
+// The largest trace file read: a recorded iteration of a large model is a few MiB.
+inline constexpr uint64_t kMaxTraceBytes = 256ull << 20;
+// Refuses what is not a regular file, and files over kMaxTraceBytes, by name.
 Result<Trace> read_trace(const std::string& path);
 // Writes atomically (temporary file + rename), so a reader never sees half a trace.
 Status write_trace(const Trace& trace, const std::string& path);

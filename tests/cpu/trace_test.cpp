@@ -428,3 +428,78 @@ TEST_CASE("trace: call kind names round trip", "[trace]") {
   CHECK_FALSE(vcudnn::call_has_conv_kind(CallKind::kCreate));
   CHECK_FALSE(vcudnn::call_has_conv_kind(CallKind::kSetStream));
 }
+
+// Numbers are taken only when they are integers (or finite reals) in their field's range: 1e30
+// into an integer field is undefined behaviour in a plain conversion, -1 into an unsigned one wraps.
+TEST_CASE("trace: parse_trace rejects numbers out of their field's range, naming the field", "[trace]") {
+  auto j = good_json();
+  REQUIRE(vcudnn::parse_trace(j.dump()).ok());
+  const size_t conv = first_of(j, "convolution");
+  std::string field;
+  SECTION("first_seq 1e30") {
+    j["iteration"]["first_seq"] = 1e30;
+    field = "first_seq";
+  }
+  SECTION("negative end_seq") {
+    j["iteration"]["end_seq"] = -3;
+    field = "end_seq";
+  }
+  SECTION("fractional seq") {
+    j["calls"][conv]["seq"] = 2.5;
+    field = "seq";
+  }
+  SECTION("thread past 2^32") {
+    j["calls"][conv]["thread"] = 1ull << 40;
+    field = "thread";
+  }
+  SECTION("workspace as a string") {
+    j["calls"][conv]["workspace_bytes"] = "big";
+    field = "workspace_bytes";
+  }
+  SECTION("negative workspace") {
+    j["calls"][conv]["workspace_bytes"] = -1;
+    field = "workspace_bytes";
+  }
+  SECTION("a dimension 1e300") {
+    j["layers"][0]["x"]["dims"][0] = 1e300;
+    field = "dims";
+  }
+  SECTION("host time as a string") {
+    j["calls"][conv]["host_us"] = "fast";
+    field = "host_us";
+  }
+  SECTION("gpu time beyond a float") {
+    j["calls"][conv]["gpu_ms"] = 1e300;
+    field = "gpu_ms";
+  }
+  vcudnn::Result<Trace> r = vcudnn::Error{"not run"};
+  REQUIRE_NOTHROW(r = vcudnn::parse_trace(j.dump()));
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains(field));
+}
+
+TEST_CASE("trace: parse_trace rejects sequence numbers out of order and an inverted iteration", "[trace]") {
+  auto j = good_json();
+  SECTION("a call repeats the previous seq") { j["calls"][1]["seq"] = j["calls"][0]["seq"]; }
+  SECTION("a call goes back") { j["calls"][2]["seq"] = 0; }
+  SECTION("first_seq after end_seq") {
+    j["iteration"]["first_seq"] = 10;
+    j["iteration"]["end_seq"] = 5;
+  }
+  SECTION("negative host time") { j["calls"][0]["host_us"] = -1.0; }
+  require_rejected(j.dump());
+}
+
+TEST_CASE("trace: read_trace refuses a directory, a device and a FIFO by name, without reading them", "[trace]") {
+  vcudnn::test::TempDir tmp;
+  const std::string fifo = tmp.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const auto& [path, what] : std::vector<std::pair<std::string, std::string>>{
+           {tmp.path(), "a directory"}, {"/dev/urandom", "a device"}, {"/dev/null", "a device"}, {fifo, "a FIFO"}}) {
+    INFO(path);
+    const auto r = vcudnn::read_trace(path);  // a FIFO without a writer would block a plain open for ever
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message, Catch::Contains(what));
+    CHECK_THAT(r.error().message, Catch::Contains(path));
+  }
+}
