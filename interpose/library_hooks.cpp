@@ -6,6 +6,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "interpose/tracked_hook.h"
+#include "runtime/backend_shadow.h"
 #include "runtime/no_destroy.h"
 
 // cudnnFusedOps* and their types are deprecated in cuDNN 9 but still exported: still hooked.
@@ -93,14 +95,25 @@ bool graph_use(cudnnBackendDescriptor_t variant_pack, const char* api) {
 #pragma GCC visibility push(default)
 extern "C" {
 
-// ---- cuDNN backend (graph API): the variant pack carries the pointers to cudnnBackendExecute.
+// ---- cuDNN backend (graph API). The shadow (runtime/backend_shadow.h) learns what each plan runs;
+// the variant pack carries the pointers to cudnnBackendExecute.
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                           cudnnBackendDescriptor_t* descriptor) {
+  const cudnnStatus_t status = Tracked<&::cudnnBackendCreateDescriptor>::call(Library::kCudnn, __func__, kNoReport,
+                                                                             descriptorType, descriptor);
+  if (status == CUDNN_STATUS_SUCCESS && descriptor) backend_shadow().created(*descriptor, descriptorType);
+  return status;
+}
 
 cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,
                                        cudnnBackendAttributeType_t attributeType, int64_t elementCount,
                                        const void* arrayOfElements) {
   const cudnnStatus_t status = Tracked<&::cudnnBackendSetAttribute>::call(
       Library::kCudnn, __func__, kNoReport, descriptor, attributeName, attributeType, elementCount, arrayOfElements);
-  if (status == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_VOID_PTR && memory::active()) {
+  if (status != CUDNN_STATUS_SUCCESS) return status;
+  backend_shadow().set(descriptor, attributeName, attributeType, elementCount, arrayOfElements);
+  if (attributeType == CUDNN_TYPE_VOID_PTR && memory::active()) {
     try {
       held().set(descriptor, attributeName, pointer_words(arrayOfElements, elementCount));
     } catch (...) {
@@ -110,8 +123,24 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudn
   return status;
 }
 
+// Heuristics answer with engine configurations, and plans with their workspace size, here.
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount,
+                                       int64_t* elementCount, void* arrayOfElements) {
+  const cudnnStatus_t status =
+      Tracked<&::cudnnBackendGetAttribute>::call(Library::kCudnn, __func__, kNoReport, descriptor, attributeName,
+                                                 attributeType, requestedElementCount, elementCount, arrayOfElements);
+  if (status == CUDNN_STATUS_SUCCESS && elementCount && arrayOfElements)
+    backend_shadow().got(descriptor, attributeName, attributeType, std::min(*elementCount, requestedElementCount),
+                         arrayOfElements);
+  return status;
+}
+
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
                                   cudnnBackendDescriptor_t variantPack) {
+  BackendShadow& shadow = backend_shadow();
+  shadow.count_execution(shadow.classify(executionPlan));
   return Tracked<&::cudnnBackendExecute>::call(
       Library::kCudnn, __func__,
       [&](const char* api) { return memory::touch_remembered(variantPack, stream_in(handle), api); }, handle,
@@ -135,6 +164,7 @@ cudnnStatus_t cudnnBackendUpdateCudaGraph(cudnnHandle_t handle, cudnnBackendDesc
 
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
   if (memory::active()) held().drop(descriptor);
+  backend_shadow().destroyed(descriptor);
   return Tracked<&::cudnnBackendDestroyDescriptor>::call(Library::kCudnn, __func__, kNoReport, descriptor);
 }
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "runtime/backend_shadow.h"
 #include "runtime/barrier.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/entry_points.h"
@@ -60,6 +61,11 @@ std::string Process::exit_line() {
   std::string line = "exit: ";
   Engine* e = engine_.load(std::memory_order_acquire);
   line += e ? e->summary() : "no cuDNN calls";
+  const BackendShadow& shadow = backend_shadow();
+  uint64_t graph_executions = 0;
+  for (size_t k = 0; k < static_cast<size_t>(GraphKind::kCount); ++k)
+    graph_executions += shadow.executions(static_cast<GraphKind>(k));
+  if (graph_executions) line += "; " + shadow.summary();
   if (features_.own_memory) {
     if (const memory::MemoryManager* m = memory_part().manager)
       line += "; memory: " + m->summary() + " untracked_launches=" + std::to_string(cuda::untracked_launches()) + " " +

@@ -189,7 +189,8 @@ TEST_CASE("elf: pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt are exporte
     check_exported(syms, name);
   // Hand-written (interpose/library_hooks.cpp): pointers that outlive the call.
   for (const char* name :
-       {"cudnnBackendSetAttribute", "cudnnBackendExecute", "cudnnBackendDestroyDescriptor", "cudnnSetDropoutDescriptor",
+       {"cudnnBackendCreateDescriptor", "cudnnBackendSetAttribute", "cudnnBackendGetAttribute", "cudnnBackendExecute",
+        "cudnnBackendDestroyDescriptor", "cudnnSetDropoutDescriptor",
         "cudnnFusedOpsExecute", "cublasSetWorkspace_v2", "cublasLtMatmulDescSetAttribute"})
     check_exported(syms, name);
   // Every pointer-taking function, not a sample: the installed cuDNN 9 / cuBLAS 13 have about 55 /
@@ -242,8 +243,9 @@ TEST_CASE("elf: descriptor getters and other used-only functions are not interpo
     CHECK((it == syms.end() || !it->second.defined));
   }
   // Functions that take no device pointer are not interposed either: descriptor creators,
-  // setters and getters, handles, streams.
-  for (const char* name : {"cudnnSetTensor4dDescriptor", "cudnnCreateTensorDescriptor", "cudnnBackendCreateDescriptor",
+  // setters and getters, handles, streams (the graph API's descriptors are, for the shadow of
+  // runtime/backend_shadow.h).
+  for (const char* name : {"cudnnSetTensor4dDescriptor", "cudnnCreateTensorDescriptor",
                            "cudnnGetDropoutDescriptor", "cublasCreate_v2", "cublasSetStream_v2", "cublasLtCreate",
                            "cublasLtMatmulDescCreate", "cublasLtMatmulAlgoGetHeuristic"}) {
     INFO(name);
