@@ -112,21 +112,21 @@ namespace {
 // buffers not yet in `hits`. The index's lock is held shared by the caller.
 template <typename Lookup>
 void scan_block(const unsigned char* data, size_t first, size_t bytes, uint64_t lo, uint64_t hi, const Lookup& lookup,
-                std::vector<Hit>& hits) {
+                HitList& hits) {
   for (size_t k = first; k + 8 <= bytes; k += 8) {
     uint64_t word;
     std::memcpy(&word, data + k, sizeof word);
     if (word < lo || word >= hi) continue;
     std::optional<Hit> hit = lookup(word);
     if (!hit) continue;
-    if (std::none_of(hits.begin(), hits.end(), [&](const Hit& h) { return h.id == hit->id; })) hits.push_back(*hit);
+    if (!hits.contains(hit->id)) hits.push_back(*hit);
   }
 }
 
 }  // namespace
 
-std::vector<Hit> scan_params(const BufferIndex& index, const std::vector<ParamSlot>& layout, void** args) {
-  std::vector<Hit> hits;
+HitList scan_params(const BufferIndex& index, const std::vector<ParamSlot>& layout, void** args) {
+  HitList hits;
   if (args == nullptr) return hits;
   try {
     auto lock = index.read_lock();
@@ -144,8 +144,8 @@ std::vector<Hit> scan_params(const BufferIndex& index, const std::vector<ParamSl
   return hits;
 }
 
-std::vector<Hit> scan_words(const BufferIndex& index, const void* data, size_t bytes) {
-  std::vector<Hit> hits;
+HitList scan_words(const BufferIndex& index, const void* data, size_t bytes) {
+  HitList hits;
   if (data == nullptr || bytes < 8) return hits;
   try {
     auto lock = index.read_lock();

@@ -25,14 +25,10 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "pool/hit_list.h"
+
 namespace vcudnn::pool {
 
-struct Hit {
-  uint64_t id = 0;      // the buffer's id, as given to add()
-  uint64_t base = 0;    // the buffer's address
-  uint64_t offset = 0;  // pointer - base
-  bool operator==(const Hit&) const = default;
-};
 
 // A kernel parameter's place in the argument layout, as cuKernelGetParamInfo gives it.
 struct ParamSlot {
@@ -79,8 +75,8 @@ class BufferIndex {
   std::atomic<uint64_t> max_{0};
 
   // The scans take the lock once for a whole launch.
-  friend std::vector<Hit> scan_params(const BufferIndex&, const std::vector<ParamSlot>&, void**);
-  friend std::vector<Hit> scan_words(const BufferIndex&, const void*, size_t);
+  friend HitList scan_params(const BufferIndex&, const std::vector<ParamSlot>&, void**);
+  friend HitList scan_words(const BufferIndex&, const void*, size_t);
 };
 
 // The largest parameter scanned: CUDA's limit on a kernel's whole parameter block (32764 bytes).
@@ -93,10 +89,10 @@ inline constexpr uint32_t kMaxParamBytes = 32764;
 // (offset + k ≡ 0 mod 8); smaller parameters, null args[i] and slots over kMaxParamBytes are
 // skipped; null args gives nothing. Each buffer is reported once, at its first hit, in parameter
 // order.
-std::vector<Hit> scan_params(const BufferIndex& index, const std::vector<ParamSlot>& layout, void** args);
+HitList scan_params(const BufferIndex& index, const std::vector<ParamSlot>& layout, void** args);
 
 // The same over a raw block (cuLaunchKernel's `extra` packed buffer): every 8-byte word at
 // data + 8k that lies wholly inside `bytes`.
-std::vector<Hit> scan_words(const BufferIndex& index, const void* data, size_t bytes);
+HitList scan_words(const BufferIndex& index, const void* data, size_t bytes);
 
 }  // namespace vcudnn::pool

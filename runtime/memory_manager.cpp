@@ -414,14 +414,13 @@ bool MemoryManager::touch(const uint64_t* words, size_t n, Access mode, StreamRe
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const uint64_t lo = index_.prefilter_min();
   const uint64_t hi = index_.prefilter_max();
-  std::vector<pool::Hit> hits;
+  pool::HitList hits;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t w = words[i];
     if (w < lo || w >= hi) continue;
     const auto hit = index_.find(w);
     if (!hit) continue;
-    if (std::none_of(hits.begin(), hits.end(), [&](const pool::Hit& h) { return h.id == hit->id; }))
-      hits.push_back(*hit);
+    if (!hits.contains(hit->id)) hits.push_back(*hit);
   }
   return hits.empty() || on_hits(hits, mode, stream, api);
 }
@@ -429,19 +428,19 @@ bool MemoryManager::touch(const uint64_t* words, size_t n, Access mode, StreamRe
 bool MemoryManager::touch_params(const std::vector<pool::ParamSlot>& layout, void** args, StreamRef stream,
                                  const char* api) {
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
-  const std::vector<pool::Hit> hits = pool::scan_params(index_, layout, args);
+  const pool::HitList hits = pool::scan_params(index_, layout, args);
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
 }
 
 bool MemoryManager::touch_block(const void* data, size_t bytes, StreamRef stream, const char* api) {
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
-  const std::vector<pool::Hit> hits = pool::scan_words(index_, data, bytes);
+  const pool::HitList hits = pool::scan_words(index_, data, bytes);
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
 }
 
 bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<pool::Hit> hits;
+  pool::HitList hits;
   {
     std::lock_guard<std::mutex> lock(mu_);
     hits.reserve(live_.size());
@@ -450,7 +449,7 @@ bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
 }
 
-bool MemoryManager::on_hits(const std::vector<pool::Hit>& hits, Access mode, StreamRef stream, const char* api) {
+bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef stream, const char* api) {
   TouchScope scope;  // the hook's CallScope when it has one: the holds last until its work is queued
   const uint64_t tick = next_tick();
   tracked_hits_.fetch_add(hits.size(), std::memory_order_relaxed);
@@ -605,7 +604,7 @@ void MemoryManager::opaque_graph(const char* api) {
       api, restored);
 }
 
-void MemoryManager::pin_for_graph(const std::vector<pool::Hit>& hits) {
+void MemoryManager::pin_for_graph(const pool::HitList& hits) {
   std::unique_lock<std::mutex> lock(mu_);
   for (const pool::Hit& h : hits) {
     Buffer* b = reinterpret_cast<Buffer*>(h.id);

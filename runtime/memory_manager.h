@@ -205,10 +205,10 @@ class MemoryManager {
   void stop_evicting(Buffer* b);
   uint64_t unevictable_bytes() const;
   uint64_t restore_all_locked();  // every evicted buffer back and settled; returns how many
-  void pin_for_graph(const std::vector<pool::Hit>& hits);
+  void pin_for_graph(const pool::HitList& hits);
 
   // The access path. Called without mu_.
-  bool on_hits(const std::vector<pool::Hit>& hits, Access mode, StreamRef stream, const char* api);
+  bool on_hits(const pool::HitList& hits, Access mode, StreamRef stream, const char* api);
 
   ManagerConfig config_;
   Device& device_;

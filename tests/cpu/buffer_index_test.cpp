@@ -152,14 +152,14 @@ TEST_CASE("scan_params over a fake kernel launch", "[tracking]") {
   void* args[] = {&n, &x, &s, &untracked, &mid, &x_again, &tracked_bits};
   const std::vector<ParamSlot> layout = {{0, 4}, {8, 8}, {16, 24}, {40, 8}, {48, 8}, {56, 8}, {64, 4}};
 
-  const std::vector<Hit> hits = scan_params(index, layout, args);
+  const auto hits = scan_params(index, layout, args);
   const std::vector<Hit> want = {{10, a, 0}, {11, b, 8}, {12, c, 0}, {13, d, 2048}};
   CHECK(hits == want);  // each buffer once, at its first hit, in parameter order
 
   SECTION("a struct's trailing partial word is not read") {
     std::vector<ParamSlot> short_struct = layout;
     short_struct[2].size = 12;  // only Pair::first fits in a whole word
-    const std::vector<Hit> h = scan_params(index, short_struct, args);
+    const auto h = scan_params(index, short_struct, args);
     const std::vector<Hit> w = {{10, a, 0}, {11, b, 8}, {13, d, 2048}};
     CHECK(h == w);
   }
@@ -189,7 +189,7 @@ TEST_CASE("scan_params over a fake kernel launch", "[tracking]") {
   SECTION("null args and broken layouts do not crash") {
     CHECK(scan_params(index, layout, nullptr).empty());
     void* with_null[] = {&n, nullptr, &s, nullptr, nullptr, nullptr, nullptr};
-    const std::vector<Hit> h = scan_params(index, layout, with_null);
+    const auto h = scan_params(index, layout, with_null);
     CHECK(h == std::vector<Hit>{{11, b, 8}, {12, c, 0}});
     CHECK(scan_params(index, {}, args).empty());
     std::vector<ParamSlot> huge = {{0, 4}, {8, 1u << 30}};  // beyond CUDA's parameter limit
@@ -220,6 +220,23 @@ TEST_CASE("scan_words over a packed parameter block", "[tracking]") {
   alignas(8) unsigned char odd[17] = {};
   std::memcpy(odd + 1, &p1, 8);
   CHECK(scan_words(index, odd + 1, 8) == std::vector<Hit>{{1, kBase, 8}});
+}
+
+// More buffers than HitList keeps on the stack: every one reported once, in order, across the spill.
+TEST_CASE("scan_words over a block naming more buffers than fit on the stack", "[tracking]") {
+  BufferIndex index;
+  constexpr size_t kBuffers = 3 * vcudnn::pool::HitList::kInline + 5;
+  std::vector<uint64_t> words;
+  std::vector<Hit> want;
+  for (uint64_t i = 0; i < kBuffers; ++i) {
+    REQUIRE(index.add(kBase + i * 4096, 1024, 100 + i));
+    words.push_back(kBase + i * 4096 + i);
+    words.push_back(kBase + i * 4096);  // a second pointer into the same buffer
+    want.push_back({100 + i, kBase + i * 4096, i});
+  }
+  const auto hits = scan_words(index, words.data(), words.size() * 8);
+  CHECK(hits.size() == kBuffers);
+  CHECK(hits == want);
 }
 
 TEST_CASE("BufferIndex find agrees with a linear search on random buffers", "[tracking]") {
