@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "interpose/call_builders.h"
 #include "interpose/tracked_hook.h"
 #include "runtime/backend_shadow.h"
 #include "runtime/no_destroy.h"
@@ -137,15 +138,28 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
   return status;
 }
 
+// A plan of one convolution goes through the engine (recorded like a legacy convolution while
+// the first iteration is recorded); every other plan straight to cuDNN.
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
                                   cudnnBackendDescriptor_t variantPack) {
   BackendShadow& shadow = backend_shadow();
-  shadow.count_execution(shadow.classify(executionPlan));
-  return Tracked<&::cudnnBackendExecute>::call(
-      Library::kCudnn, __func__,
-      [&](const char* api) { return memory::touch_remembered(variantPack, stream_in(handle), api); }, handle,
-      executionPlan,
-      variantPack);
+  const GraphKind kind = shadow.classify(executionPlan);
+  shadow.count_execution(kind);
+  const auto execute = [&] {
+    return Tracked<&::cudnnBackendExecute>::call(
+        Library::kCudnn, "cudnnBackendExecute",
+        [&](const char* api) { return memory::touch_remembered(variantPack, stream_in(handle), api); }, handle,
+        executionPlan, variantPack);
+  };
+  if (kind != GraphKind::kConvForward && kind != GraphKind::kConvBackwardData &&
+      kind != GraphKind::kConvBackwardFilter)
+    return execute();
+  HookScope scope(HookId::backend_execute);
+  if (scope.nested()) return execute();
+  return guarded(scope, "cudnnBackendExecute", execute, [&] {
+    const std::optional<GraphConv> conv = shadow.convolution(executionPlan, variantPack);
+    return conv ? Engine::get().graph_convolution(scope, handle, *conv, execute) : scope.real(execute);
+  });
 }
 
 cudnnStatus_t cudnnBackendPopulateCudaGraph(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,

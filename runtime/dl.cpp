@@ -3,7 +3,8 @@
 
 #include <dlfcn.h>
 
-#include <atomic>
+#include <initializer_list>
+
 
 namespace vcudnn {
 namespace {
@@ -22,12 +23,14 @@ __attribute__((no_sanitize_thread, no_sanitize_address)) DlsymFn resolve() noexc
 }  // namespace
 
 // Not instrumented: a sanitizer's runtime may reach this through the dlsym hook while it starts.
+// Atomic builtins on a plain pointer, not std::atomic: its member functions are separate,
+// instrumented functions when not inlined.
 __attribute__((no_sanitize_thread, no_sanitize_address)) DlsymFn real_dlsym_fn() noexcept {
-  static std::atomic<DlsymFn> real{nullptr};  // constant-initialised: usable before constructors
-  DlsymFn f = real.load(std::memory_order_acquire);
+  static DlsymFn real = nullptr;  // constant-initialised: usable before constructors
+  DlsymFn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
   if (!f) {
     f = resolve();  // idempotent: racing threads find the same function
-    real.store(f, std::memory_order_release);
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
   }
   return f;
 }

@@ -24,6 +24,19 @@ class Engine {
   explicit Engine(const Options& options);  // use get(); public for NoDestroy
 
   cudnnStatus_t convolution(HookScope& scope, const ConvCall& call);
+  // A graph-API plan of one convolution (cudnnBackendExecute): recorded like a convolution while
+  // recording; `run` makes the real call (with its access tracking).
+  template <typename Run>
+  cudnnStatus_t graph_convolution(HookScope& scope, cudnnHandle_t handle, const GraphConv& conv, Run&& run) {
+    if (!recording()) {
+      recorder_.poll();
+      return scope.real(run);
+    }
+    Recorder::ConvProbe probe = recorder_.before_graph_convolution(handle, conv);
+    const cudnnStatus_t st = scope.real(run);
+    recorder_.after_graph_convolution(probe, handle, conv, st);
+    return st;
+  }
   cudnnStatus_t algo_query(HookScope& scope, const AlgoQuery& query);
   cudnnStatus_t workspace_size(HookScope& scope, const WorkspaceQuery& query);
   cudnnStatus_t max_count(HookScope& scope, const MaxCountQuery& query);

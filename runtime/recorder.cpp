@@ -4,6 +4,9 @@
 // single mutex held only for bookkeeping.
 #include "runtime/recorder.h"
 
+#include <algorithm>
+#include <climits>
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -97,13 +100,18 @@ void Recorder::after_convolution(ConvProbe& p, const ConvCall& call, cudnnStatus
 }
 
 Recorder::ConvProbe Recorder::before_convolution_impl(const ConvCall& call) {
+  return start_probe(call.handle, decode(call.desc));
+}
+
+// The host time, the stream, and a start event on it (none while the stream is captured).
+Recorder::ConvProbe Recorder::start_probe(cudnnHandle_t handle, std::optional<ConvLayer> layer) {
   ConvProbe p;
   if (!active()) return p;
   p.on = true;
   p.host_ns = now_ns();
-  p.layer = decode(call.desc);
+  p.layer = std::move(layer);
   const RealCudart& rt = real_cudart();
-  if (real().cudnnGetStream && real().cudnnGetStream(call.handle, &p.stream) != CUDNN_STATUS_SUCCESS) return p;
+  if (real().cudnnGetStream && real().cudnnGetStream(handle, &p.stream) != CUDNN_STATUS_SUCCESS) return p;
   if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return p;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (rt.cudaStreamIsCapturing(p.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
@@ -121,13 +129,19 @@ Recorder::ConvProbe Recorder::before_convolution_impl(const ConvCall& call) {
   return p;
 }
 
-void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
-  if (!p.on) return;
+// The end event; false when the probe was off.
+bool Recorder::end_probe(ConvProbe& p, cudnnStatus_t status) {
+  if (!p.on) return false;
   if (p.end && (status != CUDNN_STATUS_SUCCESS || real_cudart().cudaEventRecord(p.end, p.stream) != cudaSuccess)) {
     events_.release(p.device, p.start);
     events_.release(p.device, p.end);
     p.start = p.end = nullptr;
   }
+  return true;
+}
+
+void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
+  if (!end_probe(p, status)) return;
   Recorded rec;
   TraceCall& c = rec.call;
   c.host_us = p.host_ns / 1e3;
@@ -146,6 +160,35 @@ void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnS
   rec.end = p.end;
   rec.device = p.device;
   append(std::move(rec), call.handle, p.stream, p.layer, /*exec=*/true);
+}
+
+Recorder::ConvProbe Recorder::before_graph_convolution(cudnnHandle_t handle, const GraphConv& conv) {
+  ConvProbe p;
+  safely("before_graph_convolution", [&] { p = start_probe(handle, conv.layer); });
+  return p;
+}
+
+void Recorder::after_graph_convolution(ConvProbe& p, cudnnHandle_t handle, const GraphConv& conv,
+                                       cudnnStatus_t status) {
+  safely("after_graph_convolution", [&] {
+    if (!end_probe(p, status)) return;
+    Recorded rec;
+    TraceCall& c = rec.call;
+    c.host_us = p.host_ns / 1e3;
+    c.kind = CallKind::kConvolution;
+    c.conv = conv.kind;
+    c.status = status;
+    c.algo = static_cast<int32_t>(std::clamp<int64_t>(conv.engine, -1, INT32_MAX));
+    c.workspace_bytes = static_cast<uint64_t>(std::max<int64_t>(conv.workspace_bytes.value_or(0), 0));
+    c.ptrs = {conv.x, conv.w, conv.y, conv.workspace};
+    c.alpha = conv.alpha;
+    c.beta = conv.beta;
+    c.captured = p.captured;
+    rec.start = p.start;
+    rec.end = p.end;
+    rec.device = p.device;
+    append(std::move(rec), handle, p.stream, p.layer, /*exec=*/true);
+  });
 }
 
 void Recorder::record_query(const AlgoQuery& q, cudnnStatus_t status, uint64_t host_ns) {

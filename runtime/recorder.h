@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "planner/trace.h"
+#include "runtime/backend_shadow.h"
 #include "runtime/conv_call.h"
 #include "runtime/event_pool.h"
 #include "runtime/iteration_detector.h"
@@ -48,6 +49,10 @@ class Recorder {
   };
   ConvProbe before_convolution(const ConvCall& call);
   void after_convolution(ConvProbe& probe, const ConvCall& call, cudnnStatus_t status);
+  // The same for a graph-API plan of one convolution (cudnnBackendExecute; backend_shadow.h):
+  // recorded as a convolution whose algo is the engine's global index (-1 unknown).
+  ConvProbe before_graph_convolution(cudnnHandle_t handle, const GraphConv& conv);
+  void after_graph_convolution(ConvProbe& probe, cudnnHandle_t handle, const GraphConv& conv, cudnnStatus_t status);
 
   void record_query(const AlgoQuery& q, cudnnStatus_t status, uint64_t host_ns);
   void record_workspace(const WorkspaceQuery& q, cudnnStatus_t status, uint64_t host_ns);
@@ -74,6 +79,8 @@ class Recorder {
   void safely(const char* what, F&& f) noexcept;
   void fail(const char* what, const char* why) noexcept;
   ConvProbe before_convolution_impl(const ConvCall& call);
+  ConvProbe start_probe(cudnnHandle_t handle, std::optional<ConvLayer> layer);
+  bool end_probe(ConvProbe& p, cudnnStatus_t status);
   void after_convolution_impl(ConvProbe& probe, const ConvCall& call, cudnnStatus_t status);
   struct Recorded {
     TraceCall call;  // thread/handle/stream/layer are indices into the tables below
