@@ -27,7 +27,15 @@ using json_read::real_or;
 
 constexpr const char* kCallKindNames[kCallKindCount] = {
     "create",           "destroy",        "set_stream",        "get_stream",         "convolution",
-    "get_algorithm_v7", "find_algorithm", "find_algorithm_ex", "get_workspace_size", "get_algorithm_max_count"};
+    "get_algorithm_v7", "find_algorithm", "find_algorithm_ex", "get_workspace_size", "get_algorithm_max_count",
+    "graph_execute",    "library",        "launch",            "memcpy",             "memset",
+    "alloc",            "free",           "sync"};
+
+constexpr const char* kAccessModeNames[] = {"u", "r", "w", "rw"};
+
+[[noreturn]] void refuse(const nlohmann::json& j, const std::string& why) {
+  throw nlohmann::json::other_error::create(501, why, &j);
+}
 
 std::string hex(uint64_t v) {
   char buf[24];
@@ -101,7 +109,26 @@ nlohmann::json call_to_json(const TraceCall& c) {
       c.kind == CallKind::kFindAlgorithmEx || c.kind == CallKind::kGetAlgorithmMaxCount)
     j["returned"] = c.returned;
   if (c.user_layer) j["user_layer"] = c.user_layer;
+  if (c.name >= 0) j["name"] = c.name;
+  if (c.kind == CallKind::kAlloc || c.kind == CallKind::kFree) j["buffer"] = c.buffer;
+  if (c.kind == CallKind::kMemcpy || c.kind == CallKind::kMemset) j["bytes"] = c.bytes;
+  if (c.kind == CallKind::kConvolution || c.kind == CallKind::kGraphExecute || c.kind == CallKind::kLibrary ||
+      c.kind == CallKind::kLaunch || c.kind == CallKind::kMemcpy || c.kind == CallKind::kMemset) {
+    if (!j.contains("gpu_ms")) j["gpu_ms"] = c.gpu_ms ? nlohmann::json(*c.gpu_ms) : nlohmann::json(nullptr);
+    auto accesses = nlohmann::json::array();
+    for (const BufferAccess& a : c.accesses) accesses.push_back({a.buffer, access_mode_name(a.mode)});
+    j["accesses"] = std::move(accesses);
+  }
   return j;
+}
+
+AccessMode access_mode_from_json(const nlohmann::json& j) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    for (int m = 0; m < 4; ++m)
+      if (s == kAccessModeNames[m]) return static_cast<AccessMode>(m);
+  }
+  refuse(j, "an access mode is \"u\", \"r\", \"w\" or \"rw\"");
 }
 
 TraceCall call_from_json(const nlohmann::json& j) {
@@ -136,12 +163,67 @@ TraceCall call_from_json(const nlohmann::json& j) {
   c.user_layer = integer_or<uint64_t>(j, "user_layer", 0);
   if (j.contains("gpu_ms") && !j["gpu_ms"].is_null()) c.gpu_ms = json_read::real<float>(j["gpu_ms"], "gpu_ms");
   c.captured = json_read::boolean_or(j, "captured", false);
+  c.name = integer_or<int32_t>(j, "name", -1);
+  c.buffer = integer_or<int32_t>(j, "buffer", -1);
+  c.bytes = integer_or<uint64_t>(j, "bytes", 0);
+  if (const auto it = j.find("accesses"); it != j.end()) {
+    if (!it->is_array()) refuse(*it, "accesses: not an array");
+    for (const auto& a : *it) {
+      if (!a.is_array() || a.size() != 2) refuse(a, "an access is [buffer, mode]");
+      c.accesses.push_back({integer<uint32_t>(a[0], "accesses[][0]"), access_mode_from_json(a[1])});
+    }
+  }
+  if ((c.kind == CallKind::kAlloc || c.kind == CallKind::kFree) && c.buffer < 0)
+    refuse(j, "call " + std::to_string(c.seq) + ": an alloc or free names its buffer");
   return c;
+}
+
+nlohmann::json buffer_to_json(const TraceBuffer& b) {
+  return {{"id", b.id}, {"address", hex(b.address)}, {"bytes", b.bytes}, {"library", b.library}};
+}
+
+TraceBuffer buffer_from_json(const nlohmann::json& j) {
+  TraceBuffer b;
+  b.id = integer_at<uint64_t>(j, "id");
+  b.address = unhex(j.at("address"));
+  b.bytes = integer_at<uint64_t>(j, "bytes");
+  b.library = json_read::boolean_or(j, "library", false);
+  return b;
+}
+
+// Every buffer allocated at most once and freed at most once, after its allocation; no call
+// uses a buffer before its allocation or after its free (a buffer the trace never allocates
+// existed when recording started).
+void check_lifetimes(const nlohmann::json& j, const Trace& t) {
+  constexpr uint64_t kNone = UINT64_MAX;
+  std::vector<uint64_t> alloc(t.buffers.size(), kNone), freed(t.buffers.size(), kNone);
+  for (const TraceCall& c : t.calls) {
+    if (c.kind != CallKind::kAlloc) continue;
+    const auto b = static_cast<size_t>(c.buffer);
+    if (alloc[b] != kNone) refuse(j, "call " + std::to_string(c.seq) + ": buffer " + std::to_string(b) + " allocated twice");
+    alloc[b] = c.seq;
+  }
+  for (const TraceCall& c : t.calls) {
+    const auto where = [&](const std::string& what) { return "call " + std::to_string(c.seq) + ": " + what; };
+    if (c.kind == CallKind::kFree) {
+      const auto b = static_cast<size_t>(c.buffer);
+      if (freed[b] != kNone) refuse(j, where("buffer " + std::to_string(b) + " freed twice"));
+      if (alloc[b] != kNone && alloc[b] > c.seq) refuse(j, where("buffer " + std::to_string(b) + " freed before its allocation"));
+      freed[b] = c.seq;
+    }
+    for (const BufferAccess& a : c.accesses) {
+      if (freed[a.buffer] != kNone) refuse(j, where("uses buffer " + std::to_string(a.buffer) + " after its free"));
+      if (alloc[a.buffer] != kNone && alloc[a.buffer] > c.seq)
+        refuse(j, where("uses buffer " + std::to_string(a.buffer) + " before its allocation"));
+    }
+  }
 }
 
 }  // namespace
 
 std::string_view call_kind_name(CallKind kind) { return kCallKindNames[static_cast<int>(kind)]; }
+
+std::string_view access_mode_name(AccessMode mode) { return kAccessModeNames[static_cast<int>(mode) & 3]; }
 
 std::optional<CallKind> call_kind_from_name(std::string_view name) {
   for (int i = 0; i < kCallKindCount; ++i)
@@ -158,6 +240,8 @@ bool call_has_layer(CallKind kind) { return call_has_conv_kind(kind) && kind != 
 void to_json(nlohmann::json& j, const Trace& t) {
   auto calls = nlohmann::json::array();
   for (const auto& c : t.calls) calls.push_back(call_to_json(c));
+  auto buffers = nlohmann::json::array();
+  for (const auto& b : t.buffers) buffers.push_back(buffer_to_json(b));
   j = {{"schema", kTraceSchema},
        {"vcudnn_version", t.vcudnn_version},
        {"cudnn_version", t.cudnn_version},
@@ -170,6 +254,12 @@ void to_json(nlohmann::json& j, const Trace& t) {
        {"threads", t.threads},
        {"handles", hex_list(t.handles)},
        {"streams", hex_list(t.streams)},
+       {"names", t.names},
+       {"buffers", std::move(buffers)},
+       {"link", t.link ? nlohmann::json{{"device_to_host_gbps", t.link->device_to_host},
+                                        {"host_to_device_gbps", t.link->host_to_device},
+                                        {"both_gbps", t.link->both}}
+                       : nlohmann::json(nullptr)},
        {"calls", std::move(calls)}};
 }
 
@@ -177,7 +267,10 @@ void from_json(const nlohmann::json& j, Trace& t) {
   const auto schema = j.at("schema").get<std::string>();
   if (schema != kTraceSchema)
     throw nlohmann::json::other_error::create(
-        501, "trace schema is \"" + schema + "\", this vcudnn reads \"" + std::string(kTraceSchema) + "\"", &j);
+        501,
+        "trace schema is \"" + schema + "\", this vcudnn reads \"" + std::string(kTraceSchema) + "\"" +
+            (schema == "vcudnn.trace/1" ? " (a trace of an older vcudnn: record it again)" : ""),
+        &j);
   t = Trace{};
   t.vcudnn_version = j.at("vcudnn_version").get<std::string>();
   t.cudnn_version = integer_at<int64_t>(j, "cudnn_version");
@@ -193,6 +286,25 @@ void from_json(const nlohmann::json& j, Trace& t) {
   for (const auto& thread : j.at("threads")) t.threads.push_back(integer<uint64_t>(thread, "threads[]"));
   t.handles = unhex_list(j.at("handles"));
   t.streams = unhex_list(j.at("streams"));
+  for (const auto& name : j.at("names")) {
+    if (!name.is_string()) refuse(name, "names[]: not a string");
+    t.names.push_back(name.get<std::string>());
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& b : j.at("buffers")) {
+    t.buffers.push_back(buffer_from_json(b));
+    ids.push_back(t.buffers.back().id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) refuse(j.at("buffers"), "two buffers share an id");
+  if (const auto it = j.find("link"); it != j.end() && !it->is_null()) {
+    LinkBandwidth l;
+    l.device_to_host = real_at<double>(*it, "device_to_host_gbps");
+    l.host_to_device = real_at<double>(*it, "host_to_device_gbps");
+    l.both = real_at<double>(*it, "both_gbps");
+    if (l.device_to_host < 0 || l.host_to_device < 0 || l.both < 0) refuse(*it, "link: negative bandwidth");
+    t.link = l;
+  }
   for (const auto& c : j.at("calls")) {
     TraceCall call = call_from_json(c);
     if (call.thread >= t.threads.size() || call.handle >= t.handles.size() || call.stream >= t.streams.size() ||
@@ -206,12 +318,23 @@ void from_json(const nlohmann::json& j, Trace& t) {
     if (call.host_us < 0)
       throw nlohmann::json::other_error::create(501, "call " + std::to_string(call.seq) + " has a negative host_us",
                                                 &c);
+    if (call.name >= static_cast<int32_t>(t.names.size()) || call.name < -1 ||
+        call.buffer >= static_cast<int32_t>(t.buffers.size()) || call.buffer < -1)
+      refuse(c, "call " + std::to_string(call.seq) + " refers past the names or buffers");
+    for (size_t a = 0; a < call.accesses.size(); ++a) {
+      if (call.accesses[a].buffer >= t.buffers.size())
+        refuse(c, "call " + std::to_string(call.seq) + " uses a buffer past the table");
+      for (size_t b = 0; b < a; ++b)
+        if (call.accesses[b].buffer == call.accesses[a].buffer)
+          refuse(c, "call " + std::to_string(call.seq) + " names a buffer twice");
+    }
     t.calls.push_back(std::move(call));
   }
   if (t.first_seq > t.end_seq)
     throw nlohmann::json::other_error::create(
         501, "iteration.first_seq " + std::to_string(t.first_seq) + " is after end_seq " + std::to_string(t.end_seq),
         &it);
+  check_lifetimes(j, t);
 }
 
 Result<Trace> parse_trace(std::string_view text) {

@@ -1,5 +1,5 @@
 // Trace: one iteration of intercepted calls, as the recorder saw it and as the planner reads
-// it. Versioned JSON, schema documented in planner/trace_schema.md ("vcudnn.trace/1").
+// it. Versioned JSON, schema documented in planner/trace_schema.md ("vcudnn.trace/2").
 #pragma once
 
 #include <array>
@@ -16,7 +16,7 @@
 
 namespace vcudnn {
 
-inline constexpr std::string_view kTraceSchema = "vcudnn.trace/1";
+inline constexpr std::string_view kTraceSchema = "vcudnn.trace/2";
 
 // What an intercepted call did. Convolution-related kinds also carry a ConvKind.
 enum class CallKind : uint8_t {
@@ -29,9 +29,18 @@ enum class CallKind : uint8_t {
   kFindAlgorithm,        // cudnnFindConvolution*Algorithm
   kFindAlgorithmEx,      // cudnnFindConvolution*AlgorithmEx
   kGetWorkspaceSize,     // cudnnGetConvolution*WorkspaceSize
-  kGetAlgorithmMaxCount  // cudnnGetConvolution*AlgorithmMaxCount
+  kGetAlgorithmMaxCount, // cudnnGetConvolution*AlgorithmMaxCount
+  // Schema 2: every other operation of the iteration.
+  kGraphExecute,  // a cuDNN graph-API plan other than one convolution (fusion, norm, attention, ...)
+  kLibrary,       // another cuDNN, cuBLAS or cuBLASLt call that takes device pointers (a GEMM, ...)
+  kLaunch,        // a kernel launch (runtime or driver)
+  kMemcpy,        // a copy (cudaMemcpy*, cuMemcpy*)
+  kMemset,        // a set (cudaMemset*, cuMemset*)
+  kAlloc,         // an allocation vcudnn served (cudaMalloc*, the framework's or a library's)
+  kFree,          // its free
+  kSync           // the host waited for a stream or the device
 };
-inline constexpr int kCallKindCount = 10;
+inline constexpr int kCallKindCount = 18;
 std::string_view call_kind_name(CallKind kind);
 std::optional<CallKind> call_kind_from_name(std::string_view name);
 // Kinds that name a convolution direction (ConvKind): convolutions, searches, workspace and
@@ -48,6 +57,33 @@ struct AlgoPerf {
   int32_t determinism = 0;
   int32_t math_type = 0;
   bool operator==(const AlgoPerf&) const = default;
+};
+
+// How a call used a buffer.
+enum class AccessMode : uint8_t { kUnknown = 0, kRead = 1, kWrite = 2, kReadWrite = 3 };
+std::string_view access_mode_name(AccessMode mode);  // "u", "r", "w", "rw"
+
+struct BufferAccess {
+  uint32_t buffer = 0;  // index into Trace::buffers
+  AccessMode mode = AccessMode::kUnknown;
+  bool operator==(const BufferAccess&) const = default;
+};
+
+// A device buffer vcudnn served while recording (or that existed when recording started).
+struct TraceBuffer {
+  uint64_t id = 0;       // vcudnn's serial number of the allocation (unique in the process)
+  uint64_t address = 0;
+  uint64_t bytes = 0;    // as requested
+  bool library = false;  // allocated by an NVIDIA library for itself
+  bool operator==(const TraceBuffer&) const = default;
+};
+
+// Host-device link bandwidths measured when memory ownership started (GB/s, pinned memory).
+struct LinkBandwidth {
+  double device_to_host = 0;
+  double host_to_device = 0;
+  double both = 0;  // both directions at once, the sum
+  bool operator==(const LinkBandwidth&) const = default;
 };
 
 // Pointer roles, in layer terms: x holds x or dx, w holds w or dw, y holds y or dy.
@@ -73,6 +109,11 @@ struct TraceCall {
   uint64_t user_layer = 0;         // layer id given through the wrapped handle; 0 = none
   std::optional<float> gpu_ms;     // device time between events around the call
   bool captured = false;           // stream was capturing a CUDA graph: no events were recorded
+  // Schema 2.
+  int32_t name = -1;                   // index into Trace::names: the API or kernel; -1 none
+  int32_t buffer = -1;                 // alloc, free: index into Trace::buffers
+  uint64_t bytes = 0;                  // memcpy, memset: bytes moved or set (0 when unknown)
+  std::vector<BufferAccess> accesses;  // the buffers the call used, each once
 
   bool operator==(const TraceCall&) const = default;
 };
@@ -93,6 +134,9 @@ struct Trace {
   std::vector<uint64_t> threads;  // OS thread ids
   std::vector<uint64_t> handles;  // cudnnHandle_t values
   std::vector<uint64_t> streams;  // cudaStream_t values (0 = legacy default stream)
+  std::vector<std::string> names;          // API and kernel names the calls refer to
+  std::vector<TraceBuffer> buffers;        // every buffer a call allocates, frees or uses
+  std::optional<LinkBandwidth> link;       // when memory was owned
   std::vector<TraceCall> calls;
 
   bool operator==(const Trace&) const = default;

@@ -14,8 +14,12 @@ void* find_nothing(void*, const char*) { return nullptr; }
 __attribute__((no_sanitize_thread, no_sanitize_address)) DlsymFn resolve() noexcept {
   // glibc 2.34 moved dlsym into libc (GLIBC_2.34); before, libdl's GLIBC_2.2.5 (x86_64) or
   // GLIBC_2.17 (aarch64).
-  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
-    if (void* p = dlvsym(RTLD_NEXT, "dlsym", version)) return reinterpret_cast<DlsymFn>(p);
+  // RTLD_NEXT first (the libraries after libvcudnn); then the whole process, which finds only
+  // glibc's versioned definition (vcudnn's own is unversioned).
+  for (void* where : {RTLD_NEXT, RTLD_DEFAULT}) {
+    for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+      if (void* p = dlvsym(where, "dlsym", version)) return reinterpret_cast<DlsymFn>(p);
+    }
   }
   return &find_nothing;
 }

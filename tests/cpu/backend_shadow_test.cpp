@@ -341,6 +341,8 @@ TEST_CASE("graph-API shadow: cost per backend call", "[shadow][cost]") {
   const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   const double per_call = ns / kRounds / 6;
   WARN("graph-API shadow: " << per_call << " ns per backend call (" << ns / kRounds << " ns per convolution run)");
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)  // sanitizers slow every access 10-50x
   CHECK(per_call < 2000);  // far below a convolution's launch cost; a regression to a scan would show
+#endif
   CHECK(s.executions(GraphKind::kConvForward) == kRounds);
 }

@@ -101,6 +101,18 @@ TraceCall make_call(CallKind kind, uint64_t seq, int v, const Trace& t) {
   if (has(kind, {CallKind::kGetAlgorithmV7, CallKind::kFindAlgorithm, CallKind::kFindAlgorithmEx,
                  CallKind::kGetAlgorithmMaxCount}))
     c.returned = 3 + v % 2;
+  // Schema 2: buffer v is allocated and freed in round v; buffers 4 and 5 existed before and are
+  // used throughout.
+  if (has(kind, {CallKind::kAlloc, CallKind::kFree})) c.buffer = v;
+  if (has(kind, {CallKind::kMemcpy, CallKind::kMemset})) c.bytes = v % 2 ? kMax : 4096 + static_cast<uint64_t>(v);
+  if (has(kind, {CallKind::kGraphExecute, CallKind::kLibrary, CallKind::kLaunch, CallKind::kMemcpy,
+                 CallKind::kMemset})) {
+    c.name = v % static_cast<int>(t.names.size());
+    if (v % 2) c.gpu_ms = 0.5f * static_cast<float>(v);
+  }
+  if (has(kind, {CallKind::kConvolution, CallKind::kGraphExecute, CallKind::kLibrary, CallKind::kLaunch,
+                 CallKind::kMemcpy, CallKind::kMemset}))
+    c.accesses = {{4, static_cast<vcudnn::AccessMode>(v % 4)}, {5, vcudnn::AccessMode::kWrite}};
   return c;
 }
 
@@ -119,6 +131,10 @@ Trace make_trace() {
   t.threads = {1234, kMax - 2, 77};
   t.handles = {0x5555'5555'0000ULL, kMax, 0xffff'ffff'ffff'fff0ULL};
   t.streams = {0, kMax - 15, 0x7fff'0000'1000ULL};
+  t.names = {"cudaLaunchKernel", "cublasSgemm_v2", "triton_poi_fused_relu_0", "cudaMemcpyAsync"};
+  for (uint64_t b = 0; b < 6; ++b) t.buffers.push_back({100 + b, 0x7f00'0000'0000ULL + (b << 24), (b + 1) << 20, b == 5});
+  t.buffers.push_back({kMax, kMax, kMax, false});
+  t.link = vcudnn::LinkBandwidth{53.5, 55.25, 78.125};
   uint64_t seq = t.first_seq;
   for (int v = 0; v < 4; ++v)
     for (int k = 0; k < vcudnn::kCallKindCount; ++k) {
@@ -168,7 +184,7 @@ TEST_CASE("trace: the test trace covers every kind and variant", "[trace]") {
 TEST_CASE("trace: JSON round trip keeps every field", "[trace]") {
   const Trace t = make_trace();
   nlohmann::json j = t;
-  CHECK(j.at("schema") == "vcudnn.trace/1");
+  CHECK(j.at("schema") == "vcudnn.trace/2");
   CHECK(j.at("schema") == std::string(vcudnn::kTraceSchema));
   // Handles, streams and pointers are hex strings, so that no JSON reader truncates them.
   CHECK(j.at("handles")[1] == "0xffffffffffffffff");
@@ -342,12 +358,17 @@ TEST_CASE("trace: write_trace refuses what is not a regular file and writes thro
 
 TEST_CASE("trace: parse_trace rejects another schema, naming both", "[trace]") {
   auto j = good_json();
-  j["schema"] = "vcudnn.trace/2";
+  j["schema"] = "vcudnn.trace/3";
   vcudnn::Result<Trace> r = vcudnn::Error{"not run"};
   REQUIRE_NOTHROW(r = vcudnn::parse_trace(j.dump()));
   REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("vcudnn.trace/3"));
   CHECK_THAT(r.error().message, Catch::Contains("vcudnn.trace/2"));
-  CHECK_THAT(r.error().message, Catch::Contains("vcudnn.trace/1"));
+  // A trace of the first schema (only cuDNN calls) is refused with advice.
+  j["schema"] = "vcudnn.trace/1";
+  REQUIRE_NOTHROW(r = vcudnn::parse_trace(j.dump()));
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message, Catch::Contains("record it again"));
 
   j.erase("schema");
   require_rejected(j.dump());
@@ -384,8 +405,8 @@ TEST_CASE("trace: parse_trace rejects malformed hex values", "[trace]") {
 }
 
 TEST_CASE("trace: parse_trace rejects invalid JSON and wrong shapes", "[trace]") {
-  for (const std::string text : {"", "{", "not json", "[]", "null", "{\"schema\": \"vcudnn.trace/1\"}",
-                                 "{\"schema\": \"vcudnn.trace/1\", \"calls\": 3}"}) {
+  for (const std::string text : {"", "{", "not json", "[]", "null", "{\"schema\": \"vcudnn.trace/2\"}",
+                                 "{\"schema\": \"vcudnn.trace/2\", \"calls\": 3}"}) {
     INFO("text: " << text);
     require_rejected(text);
   }
@@ -404,7 +425,7 @@ TEST_CASE("trace: parse_trace rejects invalid JSON and wrong shapes", "[trace]")
 }
 
 TEST_CASE("trace: call kind names round trip", "[trace]") {
-  static_assert(static_cast<int>(CallKind::kGetAlgorithmMaxCount) + 1 == vcudnn::kCallKindCount);
+  static_assert(static_cast<int>(CallKind::kSync) + 1 == vcudnn::kCallKindCount);
   std::set<std::string> names;
   for (int k = 0; k < vcudnn::kCallKindCount; ++k) {
     const auto kind = static_cast<CallKind>(k);
@@ -502,4 +523,30 @@ TEST_CASE("trace: read_trace refuses a directory, a device and a FIFO by name, w
     CHECK_THAT(r.error().message, Catch::Contains(what));
     CHECK_THAT(r.error().message, Catch::Contains(path));
   }
+}
+
+TEST_CASE("trace: buffers, accesses and lifetimes are checked", "[trace]") {
+  auto j = good_json();
+  REQUIRE(vcudnn::parse_trace(j.dump()).ok());
+  const size_t alloc = first_of(j, "alloc");
+  const size_t launch = first_of(j, "launch");
+  const size_t free = first_of(j, "free");
+  SECTION("an access past the buffer table") { j["calls"][launch]["accesses"][0][0] = j["buffers"].size(); }
+  SECTION("a buffer named twice by one call") { j["calls"][launch]["accesses"][1][0] = 4; }
+  SECTION("an unknown access mode") { j["calls"][launch]["accesses"][0][1] = "x"; }
+  SECTION("an access that is not a pair") { j["calls"][launch]["accesses"][0] = {4}; }
+  SECTION("an alloc without a buffer") { j["calls"][alloc].erase("buffer"); }
+  SECTION("a free past the table") { j["calls"][free]["buffer"] = 99; }
+  SECTION("a name past the table") { j["calls"][launch]["name"] = j["names"].size(); }
+  SECTION("two buffers with one id") { j["buffers"][1]["id"] = j["buffers"][0]["id"]; }
+  SECTION("a buffer allocated twice") { j["calls"][first_of(j, "memset")]["kind"] = "alloc", j["calls"][first_of(j, "memset")]["buffer"] = 0; }
+  SECTION("a buffer freed twice") { j["calls"].back()["kind"] = "free", j["calls"].back()["buffer"] = 0; }
+  SECTION("a use after free") {
+    j["calls"][free + 1]["kind"] = "launch";
+    j["calls"][free + 1]["accesses"] = {{j["calls"][free]["buffer"], "r"}};
+  }
+  SECTION("a use before the allocation") { j["calls"][launch]["accesses"][0][0] = j["calls"][alloc + 1 + 18 - 1]["buffer"]; }
+  SECTION("a negative bandwidth") { j["link"]["both_gbps"] = -1.0; }
+  SECTION("a buffer address that is not hex") { j["buffers"][0]["address"] = 5; }
+  require_rejected(j.dump());
 }
