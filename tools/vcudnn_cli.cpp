@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "planner/lifetimes.h"
 #include "planner/trace.h"
 #include "runtime/options.h"
 #include "runtime/real_api.h"
@@ -91,6 +92,8 @@ int run_info() {
   return o.errors.empty() ? 0 : 2;
 }
 
+std::string mib_text(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
 int run_trace(const std::string& path, bool require_complete) {
   auto r = read_trace(path);
   if (!r) {
@@ -100,11 +103,16 @@ int run_trace(const std::string& path, bool require_complete) {
   const Trace& t = r.value();
   std::map<std::string, int> kinds;
   double gpu_ms = 0;
-  int convs = 0, timed = 0;
+  int convs = 0, timed = 0, timed_all = 0;
+  double gpu_ms_all = 0;
   for (const auto& c : t.calls) {
     std::string k(call_kind_name(c.kind));
     if (call_has_conv_kind(c.kind)) k += "/" + std::string(conv_kind_name(c.conv));
     ++kinds[k];
+    if (c.gpu_ms) {
+      ++timed_all;
+      gpu_ms_all += *c.gpu_ms;
+    }
     if (c.kind == CallKind::kConvolution) {
       ++convs;
       if (c.gpu_ms) {
@@ -120,7 +128,19 @@ int run_trace(const std::string& path, bool require_complete) {
   fmt::print("{} calls, {} convolutions ({} timed, {:.3f} ms GPU), {} layers, {} threads, {} handles, {} streams\n",
              t.calls.size(), convs, timed, gpu_ms, t.layers.size(), t.threads.size(), t.handles.size(),
              t.streams.size());
+  if (timed_all > timed) fmt::print("all timed operations: {} ({:.3f} ms GPU)\n", timed_all, gpu_ms_all);
   for (const auto& [k, n] : kinds) fmt::print("  {:<36} {}\n", k, n);
+  if (!t.buffers.empty()) {
+    const Lifetimes l = lifetimes(t);
+    fmt::print("memory over calls {}..{}: {} buffers; {} alive at the start, {} allocated; live peak {} at call {}\n",
+               l.first_seq, l.end_seq, l.buffers.size(), mib_text(l.existing_bytes), mib_text(l.allocated_bytes),
+               mib_text(l.peak_bytes), l.peak_seq);
+    if (l.turn_seq)
+      fmt::print("forward to backward at call {}: {} alive across it\n", *l.turn_seq, mib_text(l.alive_across_turn));
+  }
+  if (t.link)
+    fmt::print("host link: {:.1f} GB/s device to host, {:.1f} GB/s host to device, {:.1f} GB/s both\n",
+               t.link->device_to_host, t.link->host_to_device, t.link->both);
   return (require_complete && !t.complete) ? 3 : 0;
 }
 

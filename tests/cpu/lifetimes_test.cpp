@@ -1,0 +1,156 @@
+// Buffer lifetimes and the live-bytes curve (planner/lifetimes.h) of a hand-made iteration whose
+// answers are known: a parameter that existed before, two activations kept from forward to
+// backward, a gradient allocated and freed in the backward pass.
+#include "planner/lifetimes.h"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/test_util.h"
+
+using namespace vcudnn;
+
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+struct Builder {
+  Trace t;
+  uint64_t seq = 100;
+  Builder() {
+    t.threads = {1};
+    t.handles = {0};
+    t.streams = {0};
+    t.layers = {ConvLayer{}};
+  }
+  uint32_t buffer(uint64_t bytes) {
+    t.buffers.push_back({t.buffers.size() + 1, 0x7000 + t.buffers.size() * 0x1000, bytes, false});
+    return static_cast<uint32_t>(t.buffers.size() - 1);
+  }
+  uint64_t add(CallKind kind, int32_t buffer = -1, std::vector<BufferAccess> accesses = {},
+               ConvKind conv = ConvKind::kForward) {
+    TraceCall c;
+    c.seq = seq++;
+    c.kind = kind;
+    c.buffer = buffer;
+    c.conv = conv;
+    if (kind == CallKind::kConvolution) c.layer = 0;
+    c.accesses = std::move(accesses);
+    t.calls.push_back(c);
+    return c.seq;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from forward to backward",
+          "[lifetimes]") {
+  Builder b;
+  const uint32_t param = b.buffer(1 * kMiB), act1 = b.buffer(4 * kMiB), act2 = b.buffer(2 * kMiB),
+                 grad = b.buffer(3 * kMiB);
+  using M = AccessMode;
+  const uint64_t a1 = b.add(CallKind::kAlloc, static_cast<int32_t>(act1));
+  const uint64_t f1 = b.add(CallKind::kConvolution, -1, {{param, M::kRead}, {act1, M::kWrite}});
+  const uint64_t a2 = b.add(CallKind::kAlloc, static_cast<int32_t>(act2));
+  const uint64_t f2 = b.add(CallKind::kLaunch, -1, {{act1, M::kUnknown}, {act2, M::kUnknown}});
+  const uint64_t f3 = b.add(CallKind::kConvolution, -1, {{act2, M::kRead}}, ConvKind::kForward);
+  const uint64_t g = b.add(CallKind::kAlloc, static_cast<int32_t>(grad));
+  const uint64_t turn = b.add(CallKind::kConvolution, -1, {{act2, M::kRead}, {grad, M::kWrite}},
+                              ConvKind::kBackwardData);
+  const uint64_t free2 = b.add(CallKind::kFree, static_cast<int32_t>(act2));
+  const uint64_t bw = b.add(CallKind::kConvolution, -1, {{act1, M::kRead}, {grad, M::kRead}, {param, M::kRead}},
+                            ConvKind::kBackwardFilter);
+  const uint64_t free1 = b.add(CallKind::kFree, static_cast<int32_t>(act1));
+  const uint64_t freeg = b.add(CallKind::kFree, static_cast<int32_t>(grad));
+  b.t.complete = true;
+  b.t.first_seq = a1;
+  b.t.end_seq = b.seq;
+  // The trace is valid by the reader's rules.
+  REQUIRE(parse_trace(nlohmann::json(b.t).dump()).ok());
+
+  const Lifetimes l = lifetimes(b.t);
+  CHECK(l.first_seq == a1);
+  CHECK(l.end_seq == freeg + 1);
+  CHECK(l.existing_bytes == 1 * kMiB);
+  CHECK(l.allocated_bytes == 9 * kMiB);
+  CHECK(l.peak_bytes == 10 * kMiB);  // param + act1 + act2 + grad at the gradient's allocation
+  CHECK(l.peak_seq == g);
+  REQUIRE(l.turn_seq);
+  CHECK(*l.turn_seq == turn);
+  CHECK(l.alive_across_turn == 10 * kMiB);  // the gradient was allocated just before the turn
+  REQUIRE(l.curve.size() == b.t.calls.size());
+  const std::vector<uint64_t> live = {5, 5, 7, 7, 7, 10, 10, 8, 8, 4, 1};
+  for (size_t i = 0; i < live.size(); ++i) {
+    INFO("call " << l.curve[i].seq);
+    CHECK(l.curve[i].live_bytes == live[i] * kMiB);
+  }
+  REQUIRE(l.buffers.size() == 4);
+  const auto of = [&](uint32_t buffer) -> const BufferLife& {
+    for (const BufferLife& x : l.buffers)
+      if (x.buffer == buffer) return x;
+    FAIL("no life for buffer " << buffer);
+    return l.buffers.front();
+  };
+  CHECK_FALSE(of(param).alloc_seq);
+  CHECK_FALSE(of(param).free_seq);
+  CHECK(of(param).uses == std::vector<uint64_t>{f1, bw});
+  CHECK(of(act1).alloc_seq == a1);
+  CHECK(of(act1).free_seq == free1);
+  CHECK(of(act1).uses == std::vector<uint64_t>{f1, f2, bw});
+  CHECK(of(act2).alloc_seq == a2);
+  CHECK(of(act2).uses == std::vector<uint64_t>{f2, f3, turn});
+  CHECK(of(act2).free_seq == free2);
+  CHECK(of(grad).uses == std::vector<uint64_t>{turn, bw});
+
+  // A span that starts after act1 and act2 were allocated: they count as existing there.
+  const Lifetimes tail = lifetimes(b.t, f2, b.seq);
+  CHECK(tail.existing_bytes == (1 + 4 + 2) * kMiB);
+  CHECK(tail.allocated_bytes == 3 * kMiB);
+  CHECK(tail.peak_bytes == 10 * kMiB);
+}
+
+TEST_CASE("lifetimes: a trace without buffers (schema 1 content) gives an empty curve of zeros", "[lifetimes]") {
+  Builder b;
+  b.add(CallKind::kConvolution);
+  b.add(CallKind::kConvolution, -1, {}, ConvKind::kBackwardData);
+  const Lifetimes l = lifetimes(b.t);  // incomplete: every call
+  CHECK(l.buffers.empty());
+  CHECK(l.peak_bytes == 0);
+  CHECK(l.curve.size() == 2);
+  CHECK(l.turn_seq == std::optional<uint64_t>(101));
+  CHECK(l.alive_across_turn == 0);
+}
+
+// `vcudnn trace` prints the memory summary of a schema-2 trace, and refuses a schema-1 one.
+TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the command line", "[lifetimes][cli]") {
+  Builder b;
+  const uint32_t act = b.buffer(3 * kMiB), grad = b.buffer(kMiB);
+  b.add(CallKind::kAlloc, static_cast<int32_t>(act));
+  b.add(CallKind::kConvolution, -1, {{act, AccessMode::kWrite}});
+  b.add(CallKind::kAlloc, static_cast<int32_t>(grad));
+  const uint64_t turn = b.add(CallKind::kConvolution, -1, {{act, AccessMode::kRead}, {grad, AccessMode::kWrite}},
+                              ConvKind::kBackwardData);
+  b.add(CallKind::kFree, static_cast<int32_t>(act));
+  b.t.link = LinkBandwidth{50, 52, 75};
+  test::TempDir tmp;
+  const std::string path = tmp.file("t.json");
+  REQUIRE(write_trace(b.t, path).ok());
+  const auto r = test::run_process({test::exe_dir() + "/vcudnn", "trace", path}, {});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("2 buffers; 0.0 MiB alive at the start, 4.0 MiB allocated; live peak 4.0 MiB at call 102"));
+  CHECK_THAT(r.out, Catch::Contains("forward to backward at call " + std::to_string(turn) + ": 4.0 MiB alive across it"));
+  CHECK_THAT(r.out, Catch::Contains("host link: 50.0 GB/s device to host"));
+
+  auto j = nlohmann::json::parse(test::read_file(path));
+  j["schema"] = "vcudnn.trace/1";
+  {
+    std::ofstream(path) << j.dump();
+  }
+  const auto old = test::run_process({test::exe_dir() + "/vcudnn", "trace", path}, {});
+  CHECK(old.exit_code == 1);
+  CHECK_THAT(old.err, Catch::Contains("record it again"));
+}
