@@ -55,6 +55,8 @@ bool touch_pointers(cudnnHandle_t handle, std::initializer_list<const void*> poi
 
 Engine::Engine(const Options& o) : features_(features_of(o.policy)), recorder_(RecorderConfig{o.get(kTrace)}) {
   log_startup(o);
+  // With memory owned, allocations, frees and every call's buffers join the recorded sequence.
+  if (features_.record && features_.own_memory) Process::get().connect_recorder(&recorder_);
   if (features_.microbatch) {
     microbatcher_ = std::make_unique<MicroBatcher>(MicroBatchSettings::from(o));
     const MicroBatchSettings& s = microbatcher_->settings();
@@ -70,16 +72,21 @@ Engine& Engine::get() { return Process::get().engine(); }
 cudnnStatus_t Engine::convolution(HookScope& scope, const ConvCall& call) {
   test_fault("engine");
   memory::CallScope memory_scope;  // until the real call has queued its work
-  if (!touch_pointers(call.handle, {call.x, call.w, call.y, call.workspace})) return kOutOfDeviceMemory;
   const auto run = [&] { return microbatcher_ ? microbatcher_->convolution(call) : call_real(call); };
   if (!recording()) {
+    if (!touch_pointers(call.handle, {call.x, call.w, call.y, call.workspace})) return kOutOfDeviceMemory;
     recorder_.poll();
     cudnnStatus_t st = scope.real(run);
     if (microbatcher_ && microbatcher_->settings().total && !microbatcher_->network_planned())
       microbatcher_->plan_network();  // the first iteration is complete: whole-network choice
     return st;
   }
+  // Recording: the probe first, so that the buffers the touch reports are the convolution's.
   Recorder::ConvProbe probe = recorder_.before_convolution(call);
+  if (!touch_pointers(call.handle, {call.x, call.w, call.y, call.workspace})) {
+    recorder_.after_convolution(probe, call, kOutOfDeviceMemory);
+    return kOutOfDeviceMemory;
+  }
   cudnnStatus_t st = scope.real(run);
   recorder_.after_convolution(probe, call, st);
   return st;

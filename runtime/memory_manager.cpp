@@ -133,6 +133,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   ++counters_.allocations;
   if (a->fresh == 0) ++counters_.reused;
   counters_.fresh_bytes += a->fresh * arena_.granularity();
+  if (OpSink* sink = recording_sink()) sink->allocated({b->serial, b->address, b->bytes, b->library}, stream);
   evict_ahead();
   return b->address;
 }
@@ -157,6 +158,7 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
   index_.remove(address);
   live_requested_ -= b->bytes;
   ++counters_.frees;
+  if (OpSink* sink = recording_sink()) sink->freed({b->serial, b->address, b->bytes, b->library}, stream);
   // The memory is reusable after the free in its stream's order; cudaFree (no stream) orders after
   // every stream that used the buffer and the legacy stream.
   pool::TagSet tags;
@@ -468,6 +470,18 @@ bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef st
            b->restoring.load(std::memory_order_relaxed);
   }
   if (captures_.load(std::memory_order_relaxed) > 0) pin_for_graph(hits);  // Note [CUDA graphs under a budget]
+  if (OpSink* sink = recording_sink()) {  // the first iteration only
+    try {
+      std::vector<BufferUse> uses;
+      uses.reserve(hits.size());
+      for (const pool::Hit& h : hits) {
+        const Buffer* b = reinterpret_cast<const Buffer*>(h.id);
+        uses.push_back({{b->serial, b->address, b->bytes, b->library}, static_cast<uint8_t>(mode)});
+      }
+      sink->used(api, stream, uses.data(), uses.size());
+    } catch (...) {  // out of host memory: the trace misses this call's buffers
+    }
+  }
   if (!log_.full()) {
     const uint64_t call = tracked_calls_.load(std::memory_order_relaxed);
     uint64_t serials[64];

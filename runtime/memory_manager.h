@@ -38,6 +38,7 @@
 #include "runtime/memory/device.h"
 #include "runtime/memory/eviction_policy.h"
 #include "runtime/memory/host_waits.h"
+#include "runtime/memory/op_sink.h"
 #include "runtime/memory/residency.h"
 #include "runtime/memory/stream_order.h"
 #include "runtime/memory_access.h"
@@ -135,6 +136,8 @@ class MemoryManager {
   void graph_launched(const char* api);
   void opaque_graph(const char* api);
   void pin_remembered(const void* owner, const char* api);
+  // The recorder (while it records): allocations, frees and each call's buffers.
+  void set_sink(OpSink* sink) { sink_.store(sink, std::memory_order_release); }
   // A pointer query on an evicted buffer: mapped again (its copy back queued) before the driver answers.
   void prepare_query(uint64_t word, const char* api);
   void count_foreign(const char* api, uint64_t bytes);
@@ -233,6 +236,11 @@ class MemoryManager {
   std::atomic<bool> graphs_seen_{false};
   std::atomic<uint32_t> captures_{0};        // stream captures in progress
   std::atomic<bool> opaque_graphs_{false};   // a graph vcudnn did not see captured was used
+  std::atomic<OpSink*> sink_{nullptr};
+  OpSink* recording_sink() const {
+    OpSink* s = sink_.load(std::memory_order_acquire);
+    return s && s->recording() ? s : nullptr;
+  }
   uint64_t serial_ = 0;
   ManagerStats counters_;  // the fields the manager counts itself; under mu_
 

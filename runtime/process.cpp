@@ -11,6 +11,7 @@
 #include "runtime/engine.h"
 #include "runtime/log.h"
 #include "runtime/memory/startup.h"
+#include "runtime/memory_manager.h"
 #include "runtime/no_destroy.h"
 
 namespace vcudnn {
@@ -44,8 +45,17 @@ Engine& Process::engine() {
 memory::MemoryManager* Process::memory() {
   if (!features_.own_memory) return nullptr;
   memory::MemoryManager* m = memory_part().manager;
-  if (m) started();
+  // The first time only (a plain load on every later call: this is on every hook's path).
+  if (m && manager_.load(std::memory_order_acquire) != m && !manager_.exchange(m)) {
+    started();
+    if (memory::OpSink* sink = sink_.load()) m->set_sink(sink);
+  }
   return m;
+}
+
+void Process::connect_recorder(memory::OpSink* sink) {
+  sink_.store(sink);
+  if (memory::MemoryManager* m = manager_.load()) m->set_sink(sink);
 }
 
 int Process::memory_device() { return features_.own_memory ? memory_part().device : -1; }

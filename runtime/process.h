@@ -16,6 +16,7 @@ namespace vcudnn {
 class Engine;
 namespace memory {
 class MemoryManager;
+class OpSink;
 }
 
 class Process {
@@ -31,6 +32,9 @@ class Process {
   // CUDA is usable then), else nullptr. memory_device(): its GPU, or -1.
   memory::MemoryManager* memory();
   int memory_device();
+  // The recorder that takes the memory runtime's allocations, frees and accesses while it records
+  // (connected now, or when memory ownership starts).
+  void connect_recorder(memory::OpSink* sink);
 
   // The exit line: "exit: <engine> ; memory: <memory>" for the parts that started.
   std::string exit_line();
@@ -41,6 +45,8 @@ class Process {
 
   Features features_;
   std::atomic<Engine*> engine_{nullptr};
+  std::atomic<memory::OpSink*> sink_{nullptr};
+  std::atomic<memory::MemoryManager*> manager_{nullptr};  // once started
 };
 
 }  // namespace vcudnn

@@ -99,6 +99,114 @@ void Recorder::after_convolution(ConvProbe& p, const ConvCall& call, cudnnStatus
   safely("after_convolution", [&] { after_convolution_impl(p, call, status); });
 }
 
+namespace {
+
+// The buffers the memory runtime reports while a convolution is in progress on this thread are
+// that convolution's accesses (Note [A shadow of values] does not apply: these are plain pointers).
+thread_local bool tl_in_conv = false;
+thread_local std::vector<memory::BufferUse> tl_conv_uses;
+
+constexpr uint64_t kUnknownStream = ~uint64_t{0};
+
+CallKind kind_of_api(std::string_view api) {
+  if (api.find("Launch") != std::string_view::npos) return CallKind::kLaunch;
+  if (api.starts_with("cudaMemcpy") || api.starts_with("cuMemcpy")) return CallKind::kMemcpy;
+  if (api.starts_with("cudaMemset") || api.starts_with("cuMemset")) return CallKind::kMemset;
+  if (api.starts_with("cudnnBackendExecute")) return CallKind::kGraphExecute;
+  return CallKind::kLibrary;
+}
+
+}  // namespace
+
+std::vector<BufferAccess> Recorder::take_conv_accesses() {
+  tl_in_conv = false;
+  std::vector<BufferAccess> accesses;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const memory::BufferUse& u : tl_conv_uses) {
+    if (freed_.count(u.buffer.serial)) continue;
+    const uint32_t b = intern_buffer(u.buffer);
+    bool merged = false;
+    for (BufferAccess& a : accesses) {
+      if (a.buffer != b) continue;
+      a.mode = static_cast<AccessMode>(static_cast<uint8_t>(a.mode) | u.mode);
+      merged = true;
+    }
+    if (!merged) accesses.push_back({b, static_cast<AccessMode>(u.mode & 3)});
+  }
+  tl_conv_uses.clear();
+  return accesses;
+}
+
+uint32_t Recorder::intern_buffer(const memory::BufferRef& b) {
+  const auto [it, inserted] = buffer_index_.try_emplace(b.serial, static_cast<uint32_t>(buffers_.size()));
+  if (inserted) buffers_.push_back({b.serial, b.address, b.bytes, b.library});
+  return it->second;
+}
+
+int32_t Recorder::intern_name(const char* name) {
+  if (!name) return -1;
+  const auto [it, inserted] = name_index_.try_emplace(name, static_cast<int32_t>(names_.size()));
+  if (inserted) names_.emplace_back(name);
+  return it->second;
+}
+
+void Recorder::allocated(const memory::BufferRef& buffer, std::optional<cudaStream_t> stream) noexcept {
+  safely("allocated", [&] { append_memory_op(CallKind::kAlloc, nullptr, stream, &buffer, nullptr, 0); });
+}
+
+void Recorder::freed(const memory::BufferRef& buffer, std::optional<cudaStream_t> stream) noexcept {
+  safely("freed", [&] { append_memory_op(CallKind::kFree, nullptr, stream, &buffer, nullptr, 0); });
+}
+
+void Recorder::used(const char* api, std::optional<cudaStream_t> stream, const memory::BufferUse* uses,
+                    size_t n) noexcept {
+  safely("used", [&] {
+    if (tl_in_conv) {
+      tl_conv_uses.insert(tl_conv_uses.end(), uses, uses + n);
+      return;
+    }
+    append_memory_op(kind_of_api(api ? api : ""), api, stream, nullptr, uses, n);
+  });
+}
+
+void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cudaStream_t> stream,
+                                const memory::BufferRef* buffer, const memory::BufferUse* uses, size_t n) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (phase_.load(std::memory_order_relaxed) != kRecording) return;
+  Recorded rec;
+  TraceCall& c = rec.call;
+  c.seq = next_seq_++;
+  c.host_us = now_ns() / 1e3;
+  c.kind = kind;
+  c.thread = intern(thread_index_, threads_, os_thread_id());
+  c.handle = intern(handle_index_, handles_, 0);
+  c.stream = intern(stream_index_, streams_, stream ? as_u64(*stream) : kUnknownStream);
+  c.name = intern_name(api);
+  if (buffer) c.buffer = static_cast<int32_t>(intern_buffer(*buffer));
+  if (kind == CallKind::kFree) freed_.insert(buffer->serial);
+  for (size_t i = 0; i < n; ++i) {
+    // A use reported after the buffer's free (a race the framework's own reference keeps from
+    // happening) is dropped rather than make the trace contradict itself.
+    if (freed_.count(uses[i].buffer.serial)) continue;
+    const uint32_t b = intern_buffer(uses[i].buffer);
+    bool seen = false;
+    for (BufferAccess& a : c.accesses) {
+      if (a.buffer != b) continue;
+      a.mode = static_cast<AccessMode>(static_cast<uint8_t>(a.mode) | uses[i].mode);
+      seen = true;
+    }
+    if (!seen) c.accesses.push_back({b, static_cast<AccessMode>(uses[i].mode & 3)});
+  }
+  const uint64_t seq = c.seq;
+  calls_.push_back(std::move(rec));
+  if (auto found = detector_.on_call(seq, nullptr)) {
+    on_detected(*found);
+  } else if (calls_.size() >= config_.max_calls) {
+    stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");
+  }
+}
+
 Recorder::ConvProbe Recorder::before_convolution_impl(const ConvCall& call) {
   return start_probe(call.handle, decode(call.desc));
 }
@@ -110,6 +218,8 @@ Recorder::ConvProbe Recorder::start_probe(cudnnHandle_t handle, std::optional<Co
   p.on = true;
   p.host_ns = now_ns();
   p.layer = std::move(layer);
+  tl_in_conv = true;  // the buffers reported until the call ends are its accesses
+  tl_conv_uses.clear();
   const RealCudart& rt = real_cudart();
   if (real().cudnnGetStream && real().cudnnGetStream(handle, &p.stream) != CUDNN_STATUS_SUCCESS) return p;
   if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return p;
@@ -131,7 +241,11 @@ Recorder::ConvProbe Recorder::start_probe(cudnnHandle_t handle, std::optional<Co
 
 // The end event; false when the probe was off.
 bool Recorder::end_probe(ConvProbe& p, cudnnStatus_t status) {
-  if (!p.on) return false;
+  if (!p.on) {
+    tl_in_conv = false;
+    tl_conv_uses.clear();
+    return false;
+  }
   if (p.end && (status != CUDNN_STATUS_SUCCESS || real_cudart().cudaEventRecord(p.end, p.stream) != cudaSuccess)) {
     events_.release(p.device, p.start);
     events_.release(p.device, p.end);
@@ -144,6 +258,7 @@ void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnS
   if (!end_probe(p, status)) return;
   Recorded rec;
   TraceCall& c = rec.call;
+  c.accesses = take_conv_accesses();
   c.host_us = p.host_ns / 1e3;
   c.kind = CallKind::kConvolution;
   c.conv = call.kind;
@@ -174,6 +289,7 @@ void Recorder::after_graph_convolution(ConvProbe& p, cudnnHandle_t handle, const
     if (!end_probe(p, status)) return;
     Recorded rec;
     TraceCall& c = rec.call;
+    c.accesses = take_conv_accesses();
     c.host_us = p.host_ns / 1e3;
     c.kind = CallKind::kConvolution;
     c.conv = conv.kind;
@@ -396,7 +512,13 @@ Trace Recorder::build_trace() const {
     t.end_seq = next_seq_;
   }
   std::unordered_map<uint64_t, uint32_t> th, ha, st;
-  std::unordered_map<int32_t, int32_t> la;
+  std::unordered_map<int32_t, int32_t> la, na;
+  std::unordered_map<uint32_t, uint32_t> bu;
+  const auto buffer = [&](uint32_t b) {
+    const auto [it, inserted] = bu.try_emplace(b, static_cast<uint32_t>(t.buffers.size()));
+    if (inserted) t.buffers.push_back(buffers_[b]);
+    return it->second;
+  };
   for (const auto& r : calls_) {
     if (r.call.seq < t.first_seq || r.call.seq >= t.end_seq) continue;
     TraceCall c = r.call;
@@ -408,6 +530,13 @@ Trace Recorder::build_trace() const {
       if (inserted) t.layers.push_back(layers_[c.layer]);
       c.layer = it->second;
     }
+    if (c.name >= 0) {
+      auto [it, inserted] = na.try_emplace(c.name, static_cast<int32_t>(t.names.size()));
+      if (inserted) t.names.push_back(names_[static_cast<size_t>(c.name)]);
+      c.name = it->second;
+    }
+    if (c.buffer >= 0) c.buffer = static_cast<int32_t>(buffer(static_cast<uint32_t>(c.buffer)));
+    for (BufferAccess& a : c.accesses) a.buffer = buffer(a.buffer);
     t.calls.push_back(std::move(c));
   }
   return t;

@@ -13,12 +13,14 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "planner/trace.h"
 #include "runtime/backend_shadow.h"
 #include "runtime/conv_call.h"
 #include "runtime/event_pool.h"
+#include "runtime/memory/op_sink.h"
 #include "runtime/iteration_detector.h"
 
 namespace vcudnn {
@@ -28,9 +30,18 @@ struct RecorderConfig {
   size_t max_calls = 200000;
 };
 
-class Recorder {
+// Also the memory runtime's OpSink: allocations, frees and the buffers of every tracked call join
+// the same sequence (trace schema 2). The buffers a convolution uses become its own accesses.
+class Recorder : public memory::OpSink {
  public:
   explicit Recorder(RecorderConfig config);
+
+  // memory::OpSink
+  bool recording() const noexcept override { return active(); }
+  void allocated(const memory::BufferRef& buffer, std::optional<cudaStream_t> stream) noexcept override;
+  void freed(const memory::BufferRef& buffer, std::optional<cudaStream_t> stream) noexcept override;
+  void used(const char* api, std::optional<cudaStream_t> stream, const memory::BufferUse* uses,
+            size_t n) noexcept override;
 
   // Still recording (no iteration found yet, limit not reached).
   bool active() const { return active_.load(std::memory_order_relaxed); }
@@ -92,6 +103,11 @@ class Recorder {
   void append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream, const std::optional<ConvLayer>& layer,
               bool exec);
   int32_t intern_layer(const ConvLayer& layer);
+  uint32_t intern_buffer(const memory::BufferRef& b);  // mu_ held
+  int32_t intern_name(const char* name);                // mu_ held
+  void append_memory_op(CallKind kind, const char* api, std::optional<cudaStream_t> stream,
+                        const memory::BufferRef* buffer, const memory::BufferUse* uses, size_t n);
+  std::vector<BufferAccess> take_conv_accesses();
   void on_detected(const DetectedIteration& it);
   void stop_without_iteration(const std::string& why);
   void poll_slow();
@@ -114,6 +130,11 @@ class Recorder {
   std::unordered_map<ConvLayer, int32_t> layer_index_;
   std::unordered_map<uint64_t, uint32_t> thread_index_, handle_index_, stream_index_;
   std::vector<uint64_t> threads_, handles_, streams_;
+  std::unordered_map<uint64_t, uint32_t> buffer_index_;  // by serial
+  std::unordered_set<uint64_t> freed_;                   // serials whose free was recorded
+  std::vector<TraceBuffer> buffers_;
+  std::unordered_map<std::string, int32_t> name_index_;
+  std::vector<std::string> names_;
   IterationDetector detector_;
   std::optional<DetectedIteration> detected_;
   std::string outcome_ = "recording";

@@ -3,9 +3,16 @@
 // engines and workspaces. No GPU: the calls carry no stream and get no GPU time.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
+
+#include "planner/lifetimes.h"
 #include "planner/trace.h"
+#include "runtime/memory/call_scope.h"
+#include "runtime/memory_manager.h"
 #include "runtime/recorder.h"
 #include "tests/common/test_util.h"
+#include "tests/cpu/sim_device.h"
 
 using namespace vcudnn;
 
@@ -78,4 +85,80 @@ TEST_CASE("recorder: graph-API convolutions alone make an iteration, recorded wi
     CHECK(c.status == CUDNN_STATUS_SUCCESS);
     CHECK_FALSE(c.gpu_ms.has_value());  // no stream, no events: no GPU here
   }
+}
+
+// With memory owned, the memory runtime reports to the recorder: allocations, frees and each
+// tracked call's buffers join the sequence (schema 2); a convolution's buffers are its accesses.
+// The trace is valid by the reader's rules and its lifetimes are the program's.
+TEST_CASE("recorder: allocations, frees and every call's buffers join the recorded sequence", "[trace][memory]") {
+  using namespace vcudnn::memory;
+  constexpr uint64_t kMiB = 1 << 20, kG = 2 * kMiB;
+  test::SimDevice dev(kG, 64);
+  ManagerConfig config;
+  config.device_total = 4096 * kG;
+  config.host_budget = 64 * kMiB;
+  config.host_slab_bytes = 8 * kMiB;
+  config.reserve_bytes = 4096 * kG;
+  MemoryManager m(dev, dev, dev, config);
+  detail::g_active.store(true);
+  test::TempDir tmp;
+  const std::string path = tmp.file("memory.json");
+  Recorder r(RecorderConfig{path});
+  m.set_sink(&r);
+  const Stream s = test::SimDevice::stream(1);
+  const auto weight = m.allocate(3 * kMiB, s, Origin::kFramework);  // before the iteration: existing
+  REQUIRE(weight);
+  const GraphConv fwd = conv_of(ConvKind::kForward, 16, 1), bwd = conv_of(ConvKind::kBackwardData, 16, 2);
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    const auto act = m.allocate(8 * kMiB, s, Origin::kFramework);
+    REQUIRE(act);
+    {
+      CallScope scope;
+      REQUIRE(m.touch(&*act, 1, Access::kWrite, s, "cudaLaunchKernel"));  // an elementwise kernel
+    }
+    for (const GraphConv* g : {&fwd, &bwd}) {
+      Recorder::ConvProbe probe = r.before_graph_convolution(nullptr, *g);
+      const uint64_t words[] = {*weight, *act};
+      REQUIRE(m.touch(words, 2, Access::kUnknown, s, "cudnnBackendExecute"));  // inside the call
+      r.after_graph_convolution(probe, nullptr, *g, CUDNN_STATUS_SUCCESS);
+    }
+    REQUIRE(m.free(*act, s));
+  }
+  r.finish();
+  detail::g_active.store(false);
+  dev.run_all();
+  INFO(r.outcome());
+  const auto t = read_trace(path);
+  REQUIRE(t.ok());
+  const Trace& trace = t.value();
+  REQUIRE(trace.complete);
+  std::map<CallKind, int> kinds;
+  for (const TraceCall& c : trace.calls)
+    if (c.seq >= trace.first_seq && c.seq < trace.end_seq) ++kinds[c.kind];
+  // One iteration: the launch, two convolutions, and (in whichever iteration the span starts) an
+  // allocation and a free; the touches inside the convolutions are no calls of their own.
+  CHECK(kinds[CallKind::kConvolution] == 2);
+  CHECK(kinds[CallKind::kLaunch] == 1);
+  CHECK(kinds[CallKind::kLibrary] == 0);
+  CHECK(kinds[CallKind::kGraphExecute] == 0);
+  for (const TraceCall& c : trace.calls) {
+    if (c.kind == CallKind::kConvolution) {
+      CHECK(c.accesses.size() == 2);  // the weight and the activation
+    }
+    if (c.kind == CallKind::kLaunch) {
+      REQUIRE(c.accesses.size() == 1);
+      CHECK(c.accesses[0].mode == AccessMode::kWrite);
+      REQUIRE(c.name >= 0);
+      CHECK(trace.names[static_cast<size_t>(c.name)] == "cudaLaunchKernel");
+    }
+  }
+  const auto weight_it = std::find_if(trace.buffers.begin(), trace.buffers.end(),
+                                      [&](const TraceBuffer& b) { return b.address == *weight; });
+  REQUIRE(weight_it != trace.buffers.end());
+  CHECK(weight_it->bytes == 3 * kMiB);
+  const Lifetimes l = lifetimes(trace);
+  // The weight and one activation: the first iteration holds the weight's allocation too, as the
+  // recording started before it (a later one would count it as existing).
+  CHECK(l.existing_bytes + l.allocated_bytes == 11 * kMiB);
+  CHECK(l.peak_bytes == 11 * kMiB);
 }
