@@ -122,19 +122,25 @@ std::vector<BufferAccess> Recorder::take_conv_accesses() {
   tl_in_conv = false;
   std::vector<BufferAccess> accesses;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const memory::BufferUse& u : tl_conv_uses) {
-    if (freed_.count(u.buffer.serial)) continue;
-    const uint32_t b = intern_buffer(u.buffer);
-    bool merged = false;
-    for (BufferAccess& a : accesses) {
-      if (a.buffer != b) continue;
-      a.mode = static_cast<AccessMode>(static_cast<uint8_t>(a.mode) | u.mode);
-      merged = true;
-    }
-    if (!merged) accesses.push_back({b, static_cast<AccessMode>(u.mode & 3)});
-  }
+  add_uses(accesses, tl_conv_uses.data(), tl_conv_uses.size());
   tl_conv_uses.clear();
   return accesses;
+}
+
+// Each buffer once, its modes joined. A use reported after the buffer's free (a race the
+// framework's own reference keeps from happening) is dropped rather than make the trace
+// contradict itself.
+void Recorder::add_uses(std::vector<BufferAccess>& accesses, const memory::BufferUse* uses, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (freed_.count(uses[i].buffer.serial)) continue;
+    const uint32_t b = intern_buffer(uses[i].buffer);
+    const auto mode = static_cast<uint8_t>(uses[i].mode & 3);
+    const auto it = std::find_if(accesses.begin(), accesses.end(), [&](const BufferAccess& a) { return a.buffer == b; });
+    if (it != accesses.end())
+      it->mode = static_cast<AccessMode>(static_cast<uint8_t>(it->mode) | mode);
+    else
+      accesses.push_back({b, static_cast<AccessMode>(mode)});
+  }
 }
 
 uint32_t Recorder::intern_buffer(const memory::BufferRef& b) {
@@ -185,19 +191,7 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   c.name = intern_name(api);
   if (buffer) c.buffer = static_cast<int32_t>(intern_buffer(*buffer));
   if (kind == CallKind::kFree) freed_.insert(buffer->serial);
-  for (size_t i = 0; i < n; ++i) {
-    // A use reported after the buffer's free (a race the framework's own reference keeps from
-    // happening) is dropped rather than make the trace contradict itself.
-    if (freed_.count(uses[i].buffer.serial)) continue;
-    const uint32_t b = intern_buffer(uses[i].buffer);
-    bool seen = false;
-    for (BufferAccess& a : c.accesses) {
-      if (a.buffer != b) continue;
-      a.mode = static_cast<AccessMode>(static_cast<uint8_t>(a.mode) | uses[i].mode);
-      seen = true;
-    }
-    if (!seen) c.accesses.push_back({b, static_cast<AccessMode>(uses[i].mode & 3)});
-  }
+  add_uses(c.accesses, uses, n);
   const uint64_t seq = c.seq;
   calls_.push_back(std::move(rec));
   if (auto found = detector_.on_call(seq, nullptr)) {
@@ -254,15 +248,26 @@ bool Recorder::end_probe(ConvProbe& p, cudnnStatus_t status) {
   return true;
 }
 
-void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
-  if (!end_probe(p, status)) return;
+// What every recorded convolution carries, from its probe (the end event already recorded).
+Recorder::Recorded Recorder::convolution_record(ConvProbe& p, ConvKind kind, cudnnStatus_t status) {
   Recorded rec;
   TraceCall& c = rec.call;
   c.accesses = take_conv_accesses();
   c.host_us = p.host_ns / 1e3;
   c.kind = CallKind::kConvolution;
-  c.conv = call.kind;
+  c.conv = kind;
   c.status = status;
+  c.captured = p.captured;
+  rec.start = p.start;
+  rec.end = p.end;
+  rec.device = p.device;
+  return rec;
+}
+
+void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnStatus_t status) {
+  if (!end_probe(p, status)) return;
+  Recorded rec = convolution_record(p, call.kind, status);
+  TraceCall& c = rec.call;
   c.algo = call.algo;
   c.workspace_bytes = call.workspace_bytes;
   c.ptrs = {as_u64(call.x), as_u64(call.w), as_u64(call.y), as_u64(call.workspace)};
@@ -270,10 +275,6 @@ void Recorder::after_convolution_impl(ConvProbe& p, const ConvCall& call, cudnnS
   c.alpha = read_scaling(call.alpha, dtype);
   c.beta = read_scaling(call.beta, dtype);
   c.user_layer = call.user_layer;
-  c.captured = p.captured;
-  rec.start = p.start;
-  rec.end = p.end;
-  rec.device = p.device;
   append(std::move(rec), call.handle, p.stream, p.layer, /*exec=*/true);
 }
 
@@ -287,22 +288,13 @@ void Recorder::after_graph_convolution(ConvProbe& p, cudnnHandle_t handle, const
                                        cudnnStatus_t status) {
   safely("after_graph_convolution", [&] {
     if (!end_probe(p, status)) return;
-    Recorded rec;
+    Recorded rec = convolution_record(p, conv.kind, status);
     TraceCall& c = rec.call;
-    c.accesses = take_conv_accesses();
-    c.host_us = p.host_ns / 1e3;
-    c.kind = CallKind::kConvolution;
-    c.conv = conv.kind;
-    c.status = status;
     c.algo = static_cast<int32_t>(std::clamp<int64_t>(conv.engine, -1, INT32_MAX));
     c.workspace_bytes = static_cast<uint64_t>(std::max<int64_t>(conv.workspace_bytes.value_or(0), 0));
     c.ptrs = {conv.x, conv.w, conv.y, conv.workspace};
     c.alpha = conv.alpha;
     c.beta = conv.beta;
-    c.captured = p.captured;
-    rec.start = p.start;
-    rec.end = p.end;
-    rec.device = p.device;
     append(std::move(rec), handle, p.stream, p.layer, /*exec=*/true);
   });
 }

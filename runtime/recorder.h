@@ -100,6 +100,7 @@ class Recorder : public memory::OpSink {
     int device = -1;
   };
 
+  Recorded convolution_record(ConvProbe& p, ConvKind kind, cudnnStatus_t status);
   void append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream, const std::optional<ConvLayer>& layer,
               bool exec);
   int32_t intern_layer(const ConvLayer& layer);
@@ -108,6 +109,7 @@ class Recorder : public memory::OpSink {
   void append_memory_op(CallKind kind, const char* api, std::optional<cudaStream_t> stream,
                         const memory::BufferRef* buffer, const memory::BufferUse* uses, size_t n);
   std::vector<BufferAccess> take_conv_accesses();
+  void add_uses(std::vector<BufferAccess>& accesses, const memory::BufferUse* uses, size_t n);  // mu_ held
   void on_detected(const DetectedIteration& it);
   void stop_without_iteration(const std::string& why);
   void poll_slow();
