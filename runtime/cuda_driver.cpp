@@ -250,21 +250,34 @@ enum class KeyKind : uint8_t { kKernel, kFunction, kCuFunction };
 // Layouts by kernel, never freed. Negative results are kept too (nullptr).
 class LayoutCache {
  public:
+  // Every launch asks: a small per-thread cache in front of the shared map (entries are never
+  // freed, so a cached pointer stays valid) keeps the map's lock off the launch path.
   template <typename Query>
   const Layout* get(KeyKind kind, const void* handle, Query&& query) noexcept {
     const Key key{reinterpret_cast<uintptr_t>(handle), kind};
+    Recent& recent = recent_slot(key);
+    if (recent.valid && recent.key == key) return recent.layout;
+    const Layout* found = nullptr;
+    bool known = false;
     {
       std::shared_lock<std::shared_mutex> lock(mu_);
-      if (const auto it = layouts_.find(key); it != layouts_.end()) return it->second.get();
+      if (const auto it = layouts_.find(key); it != layouts_.end()) {
+        found = it->second.get();
+        known = true;
+      }
     }
-    try {
-      std::optional<Layout> layout = query();  // driver calls: outside the lock
-      std::unique_ptr<const Layout> entry = layout ? std::make_unique<const Layout>(std::move(*layout)) : nullptr;
-      std::unique_lock<std::shared_mutex> lock(mu_);
-      return layouts_.try_emplace(key, std::move(entry)).first->second.get();  // a racing first insert wins
-    } catch (...) {
-      return nullptr;  // out of host memory: this launch goes untracked
+    if (!known) {
+      try {
+        std::optional<Layout> layout = query();  // driver calls: outside the lock
+        std::unique_ptr<const Layout> entry = layout ? std::make_unique<const Layout>(std::move(*layout)) : nullptr;
+        std::unique_lock<std::shared_mutex> lock(mu_);
+        found = layouts_.try_emplace(key, std::move(entry)).first->second.get();  // a racing first insert wins
+      } catch (...) {
+        return nullptr;  // out of host memory: this launch goes untracked (and is asked again)
+      }
     }
+    recent = {key, found, true};
+    return found;
   }
 
  private:
@@ -278,6 +291,16 @@ class LayoutCache {
       return std::hash<uintptr_t>{}(key.handle) ^ static_cast<size_t>(key.kind);
     }
   };
+  struct Recent {
+    Key key{};
+    const Layout* layout = nullptr;
+    bool valid = false;
+  };
+  static Recent& recent_slot(const Key& key) {
+    static thread_local Recent recent[64];
+    return recent[(KeyHash{}(key) >> 4) % 64];
+  }
+
   std::shared_mutex mu_;
   std::unordered_map<Key, std::unique_ptr<const Layout>, KeyHash> layouts_;
 };
