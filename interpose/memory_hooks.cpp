@@ -30,7 +30,7 @@ bool is_library(const char* path) {
   return false;
 }
 
-Origin origin_of(void* return_address) {
+Origin origin_lookup(void* return_address) {
   static std::mutex mu;
   static std::unordered_map<void*, Origin>* cache = new std::unordered_map<void*, Origin>();
   std::lock_guard<std::mutex> lock(mu);
@@ -41,6 +41,18 @@ Origin origin_of(void* return_address) {
                                                                                                    : Origin::kFramework;
   cache->emplace(return_address, o);
   return o;
+}
+
+// Every allocation asks: a per-thread cache of recent call sites keeps the shared lock away.
+Origin origin_of(void* return_address) {
+  struct Recent {
+    void* caller = nullptr;
+    Origin origin = Origin::kFramework;
+  };
+  static thread_local Recent recent[16];
+  Recent& r = recent[(reinterpret_cast<uintptr_t>(return_address) >> 2) % 16];
+  if (r.caller != return_address) r = {return_address, origin_lookup(return_address)};
+  return r.origin;
 }
 
 // The manager when it serves the calling thread's current device.
