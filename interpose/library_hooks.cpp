@@ -16,6 +16,7 @@
 #include "interpose/call_builders.h"
 #include "interpose/tracked_hook.h"
 #include "runtime/backend_shadow.h"
+#include "runtime/process.h"
 #include "runtime/no_destroy.h"
 
 // cudnnFusedOps* and their types are deprecated in cuDNN 9 but still exported: still hooked.
@@ -154,6 +155,13 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   if (kind != GraphKind::kConvForward && kind != GraphKind::kConvBackwardData &&
       kind != GraphKind::kConvBackwardFilter)
     return execute();
+  // After the recorded iteration (and without an engine) the convolution is not decoded at all.
+  Engine* engine = Process::get().engine_if_started();
+  if (!engine) return execute();
+  if (!engine->recording_now()) {
+    engine->poll_recorder();
+    return execute();
+  }
   HookScope scope(HookId::backend_execute);
   if (scope.nested()) return execute();
   return guarded(scope, "cudnnBackendExecute", execute, [&] {

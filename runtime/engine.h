@@ -46,6 +46,12 @@ class Engine {
   cudnnStatus_t get_stream(HookScope& scope, cudnnHandle_t handle, cudaStream_t* stream);
   void iteration_boundary();
 
+  // Whether the first iteration is still being recorded (the graph-API hook asks before decoding).
+  bool recording_now() const { return recording(); }
+  // Resolves the recorded iteration's GPU times and writes the trace once they are ready (cheap
+  // when there is nothing to do; never throws).
+  void poll_recorder() { recorder_.poll(); }
+
   // The micro-batch plan of a kernel (nullptr under other policies or before its first call).
   std::shared_ptr<const KernelPlan> plan_of(const ConvDescs& desc, ConvKind kind) const;
 

@@ -28,6 +28,8 @@ class Process {
 
   // The engine; started (with the load line) at the first cuDNN hook.
   Engine& engine();
+  // The engine if it has started, else nullptr; never starts it.
+  Engine* engine_if_started() const { return engine_.load(std::memory_order_acquire); }
   // The memory manager when this process owns memory (started at the first call that needs it:
   // CUDA is usable then), else nullptr. memory_device(): its GPU, or -1.
   memory::MemoryManager* memory();
