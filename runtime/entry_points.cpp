@@ -192,8 +192,11 @@ void note(size_t i, Via via, const char* caller_file) {
   g_counts[static_cast<size_t>(via)].fetch_add(1, std::memory_order_relaxed);
   const uint8_t bit = static_cast<uint8_t>(1u << static_cast<unsigned>(via));
   if (g_logged[i].fetch_or(bit, std::memory_order_relaxed) & bit) return;
-  VCUDNN_LOG_INFO("entry points: {} asked {} for libcuda's {}: given vcudnn's hook", base_name(caller_file),
-                  via_name(via), kHooked[i]);
+  try {
+    VCUDNN_LOG_INFO("entry points: {} asked {} for libcuda's {}: given vcudnn's hook", base_name(caller_file),
+                    via_name(via), kHooked[i]);
+  } catch (...) {  // out of memory while formatting: the hook is handed out all the same
+  }
 }
 
 }  // namespace
@@ -243,7 +246,11 @@ void* substitute(const char* symbol, void* real, const void* caller, Via via) no
     // per name when it is a name vcudnn hooks some form of.
     bool known = false;
     for (const char* h : kHooked) known = known || std::string_view(h).starts_with(name);
-    if (known) VCUDNN_LOG_DEBUG("entry points: {} for {} answered a function vcudnn does not hook", via_name(via), symbol);
+    try {
+      if (known)
+        VCUDNN_LOG_DEBUG("entry points: {} for {} answered a function vcudnn does not hook", via_name(via), symbol);
+    } catch (...) {
+    }
   }
   return real;
 }
