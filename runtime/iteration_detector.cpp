@@ -21,6 +21,8 @@
 //   iteration: they are its setup (PyTorch sets the stream and may search before the first conv).
 #include "runtime/iteration_detector.h"
 
+#include <algorithm>
+
 namespace vcudnn {
 namespace {
 
@@ -111,6 +113,48 @@ std::optional<DetectedIteration> IterationDetector::on_end() {
   auto found = check_segments(seg_item_.size() - 1);
   seg_item_.pop_back();
   seg_seq_.pop_back();
+  return found;
+}
+
+// ---- Note [Iterations without convolutions] -------------------------------------------------
+
+namespace {
+constexpr uint64_t kBase = 0x9E3779B97F4A7C15ull;  // odd: the rolling hash is a polynomial mod 2^64
+}  // namespace
+
+std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t identity, int64_t live_before,
+                                                         int64_t live_after) {
+  if (level_.empty()) {
+    level_.push_back(live_before);
+    at_level_[live_before].push_back(0);
+  }
+  const size_t n = ids_.size() + 1;  // the boundary after this op
+  seq_.push_back(seq);
+  ids_.push_back(identity);
+  prefix_.push_back(prefix_.back() * kBase + identity);
+  power_.push_back(power_.back() * kBase);
+  level_.push_back(live_after);
+  highest_ = std::max({highest_, live_after, level_.front()});
+  std::vector<size_t>& same = at_level_[live_after];
+  std::optional<DetectedIteration> found;
+  // Middle boundaries m at this level, the latest first (the shortest windows).
+  size_t tries = 0;
+  for (auto it = same.rbegin(); it != same.rend() && !found && tries < kMaxTries; ++it, ++tries) {
+    const size_t m = *it, p = n - m;
+    if (p < kMinOps || m < p) continue;
+    const size_t k = m - p;
+    if (level_[k] != live_after) continue;
+    const auto window = [&](size_t a) { return prefix_[a + p] - prefix_[a] * power_[p]; };
+    if (window(k) != window(m)) continue;
+    if (!std::equal(ids_.begin() + static_cast<std::ptrdiff_t>(k), ids_.begin() + static_cast<std::ptrdiff_t>(m),
+                    ids_.begin() + static_cast<std::ptrdiff_t>(m)))
+      continue;
+    const int64_t peak = *std::max_element(level_.begin() + static_cast<std::ptrdiff_t>(k),
+                                           level_.begin() + static_cast<std::ptrdiff_t>(m + 1));
+    if (peak - live_after < (highest_ - live_after + 1) / 2) continue;  // no turn worth the name
+    found = DetectedIteration{seq_[k], seq_[m], "auto", 0};
+  }
+  same.push_back(n);
   return found;
 }
 

@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <climits>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "planner/conv_layer.h"
@@ -59,6 +61,40 @@ class IterationDetector {
   bool explicit_mode_ = false;
   uint64_t explicit_start_seq_ = 0;
   size_t explicit_start_items_ = 0;
+};
+
+// Note [Iterations without convolutions]
+// A program without convolutions (a transformer) gives IterationDetector nothing to compare. With
+// memory owned, every allocation, free, launch and library call is recorded too, each with an
+// identity (its kind, API and the sizes of the buffers it allocates, frees or uses) and the live
+// bytes once it has run. An iteration is then the first window of operations that
+//   - the next window of the same length repeats exactly (by identity),
+//   - begins, ends (and so does its repeat) at the same live-bytes level: what an iteration
+//     allocates it frees, except state it keeps for good (an optimizer's, in iteration 1 only),
+//   - rises, somewhere inside, at least halfway from that level to the highest live bytes seen so
+//     far: a training step holds its activations at the turn from forward to backward, where a
+//     repeated layer or an optimizer's per-parameter loop holds almost nothing,
+//   - and has at least kMinOps operations.
+// Candidate windows are found in O(1) per operation on average: only boundaries at the current
+// live-bytes level are tried, and windows are compared by rolling hashes, then op by op.
+class OpRepeatDetector {
+ public:
+  static constexpr size_t kMinOps = 16;
+  // Boundaries at one level tried per operation, the latest first (a long stretch of operations
+  // that allocate nothing would otherwise make each try all of them).
+  static constexpr size_t kMaxTries = 256;
+  // One more operation: its call seq, identity and the live bytes before and after it.
+  std::optional<DetectedIteration> on_op(uint64_t seq, uint64_t identity, int64_t live_before, int64_t live_after);
+  size_t ops_seen() const { return ids_.size(); }
+
+ private:
+  std::vector<uint64_t> seq_;     // per op
+  std::vector<uint64_t> ids_;     // per op
+  std::vector<uint64_t> prefix_{0};  // rolling hash of ops [0, i)
+  std::vector<uint64_t> power_{1};   // kBase^i
+  std::vector<int64_t> level_;    // live bytes at boundary i (before op i); level_[n] after the last
+  std::unordered_map<int64_t, std::vector<size_t>> at_level_;  // boundaries by level
+  int64_t highest_ = INT64_MIN;
 };
 
 }  // namespace vcudnn

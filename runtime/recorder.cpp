@@ -118,6 +118,39 @@ CallKind kind_of_api(std::string_view api) {
 
 }  // namespace
 
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// What makes two operations the same one in another iteration: kind, direction, layer, API and
+// the sizes of the buffers involved (addresses and times differ from one iteration to the next).
+uint64_t identity_of(const TraceCall& c, const std::vector<TraceBuffer>& buffers) {
+  uint64_t h = mix(static_cast<uint64_t>(c.kind) + 1);
+  h = mix(h ^ (static_cast<uint64_t>(c.conv) << 8) ^ (static_cast<uint64_t>(static_cast<uint32_t>(c.layer)) << 16));
+  h = mix(h ^ static_cast<uint64_t>(static_cast<uint32_t>(c.name)));
+  if (c.buffer >= 0) h = mix(h ^ buffers[static_cast<size_t>(c.buffer)].bytes);
+  for (const BufferAccess& a : c.accesses)
+    h = mix(h ^ buffers[a.buffer].bytes ^ (static_cast<uint64_t>(a.mode) << 62));
+  return h;
+}
+
+}  // namespace
+
+std::optional<DetectedIteration> Recorder::on_op(const TraceCall& c, int64_t live_before) {
+  auto found = op_detector_.on_op(c.seq, identity_of(c, buffers_), live_before, live_);
+  // Convolutions, when there are any, delimit iterations (IterationDetector); so does the program.
+  if (!found || detector_.convolutions_seen() > 0 || detector_.explicit_mode()) return std::nullopt;
+  VCUDNN_LOG_INFO("iteration found from the operations (no convolutions): calls {}..{}", found->first_seq,
+                  found->end_seq);
+  return found;
+}
+
 std::vector<BufferAccess> Recorder::take_conv_accesses() {
   tl_in_conv = false;
   std::vector<BufferAccess> accesses;
@@ -192,9 +225,14 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   if (buffer) c.buffer = static_cast<int32_t>(intern_buffer(*buffer));
   if (kind == CallKind::kFree) freed_.insert(buffer->serial);
   add_uses(c.accesses, uses, n);
+  const int64_t live_before = live_;
+  if (kind == CallKind::kAlloc) live_ += static_cast<int64_t>(buffer->bytes);
+  if (kind == CallKind::kFree) live_ -= static_cast<int64_t>(buffer->bytes);
   const uint64_t seq = c.seq;
   calls_.push_back(std::move(rec));
-  if (auto found = detector_.on_call(seq, nullptr)) {
+  auto found = detector_.on_call(seq, nullptr);
+  if (!found) found = on_op(calls_.back().call, live_before);
+  if (found) {
     on_detected(*found);
   } else if (calls_.size() >= config_.max_calls) {
     stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");
@@ -389,7 +427,9 @@ void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
   if (rec.end) pending_.push_back(calls_.size());
   calls_.push_back(std::move(rec));
   if (pending_.size() >= kResolveBatch) resolve(/*final=*/false);  // bounds the events in flight
-  if (auto found = detector_.on_call(seq, exec ? &item : nullptr)) {
+  auto found = detector_.on_call(seq, exec ? &item : nullptr);
+  if (!found) found = on_op(calls_.back().call, live_);
+  if (found) {
     on_detected(*found);
   } else if (calls_.size() >= config_.max_calls) {
     stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");

@@ -109,6 +109,8 @@ class Recorder : public memory::OpSink {
   void append_memory_op(CallKind kind, const char* api, std::optional<cudaStream_t> stream,
                         const memory::BufferRef* buffer, const memory::BufferUse* uses, size_t n);
   std::vector<BufferAccess> take_conv_accesses();
+  // Both with mu_ held, after a call was appended: the operation detector's turn.
+  std::optional<DetectedIteration> on_op(const TraceCall& c, int64_t live_before);
   void add_uses(std::vector<BufferAccess>& accesses, const memory::BufferUse* uses, size_t n);  // mu_ held
   void on_detected(const DetectedIteration& it);
   void stop_without_iteration(const std::string& why);
@@ -138,6 +140,8 @@ class Recorder : public memory::OpSink {
   std::unordered_map<std::string, int32_t> name_index_;
   std::vector<std::string> names_;
   IterationDetector detector_;
+  OpRepeatDetector op_detector_;  // Note [Iterations without convolutions]
+  int64_t live_ = 0;              // bytes allocated minus freed since recording started
   std::optional<DetectedIteration> detected_;
   std::string outcome_ = "recording";
   EventPool events_;

@@ -162,3 +162,59 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
   CHECK(l.existing_bytes + l.allocated_bytes == 11 * kMiB);
   CHECK(l.peak_bytes == 11 * kMiB);
 }
+
+// Note [Iterations without convolutions]: a transformer-like program under memory ownership has
+// its iteration found from the operations alone, and the trace holds one whole step.
+TEST_CASE("recorder: an iteration without convolutions is found from the operations", "[trace][memory][ops]") {
+  using namespace vcudnn::memory;
+  constexpr uint64_t kMiB = 1 << 20, kG = 2 * kMiB;
+  test::SimDevice dev(kG, 64);
+  ManagerConfig config;
+  config.device_total = 4096 * kG;
+  config.host_budget = 64 * kMiB;
+  config.host_slab_bytes = 8 * kMiB;
+  config.reserve_bytes = 4096 * kG;
+  MemoryManager m(dev, dev, dev, config);
+  detail::g_active.store(true);
+  test::TempDir tmp;
+  const std::string path = tmp.file("ops.json");
+  Recorder r(RecorderConfig{path});
+  m.set_sink(&r);
+  const Stream s = test::SimDevice::stream(1);
+  const auto launch = [&](uint64_t a, const char* api) {
+    CallScope scope;
+    REQUIRE(m.touch(&a, 1, Access::kUnknown, s, api));
+  };
+  const auto weights = m.allocate(16 * kMiB, s, Origin::kFramework);
+  REQUIRE(weights);
+  std::vector<uint64_t> state;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<uint64_t> acts;
+    for (int layer = 0; layer < 6; ++layer) {  // forward: identical layers, each keeps an activation
+      acts.push_back(*m.allocate(4 * kMiB, s, Origin::kFramework));
+      launch(*weights, "cublasSgemm_v2");
+      launch(acts.back(), "cudaLaunchKernel");
+    }
+    for (int layer = 5; layer >= 0; --layer) {  // backward
+      launch(acts[static_cast<size_t>(layer)], "cudaLaunchKernel");
+      launch(*weights, "cublasSgemm_v2");
+      REQUIRE(m.free(acts[static_cast<size_t>(layer)], s));
+    }
+    if (step == 0) state.push_back(*m.allocate(16 * kMiB, s, Origin::kFramework));  // optimizer state
+    launch(state.front(), "cudaLaunchKernel");
+  }
+  r.finish();
+  detail::g_active.store(false);
+  dev.run_all();
+  INFO(r.outcome());
+  const auto t = read_trace(path);
+  REQUIRE(t.ok());
+  const Trace& trace = t.value();
+  CHECK(trace.complete);
+  CHECK(trace.detected_by == "auto");
+  // One step: 6 x (alloc + 2 uses) forward, 6 x (2 uses + free) backward, one optimizer launch.
+  CHECK(trace.end_seq - trace.first_seq == 6 * 3 + 6 * 3 + 1);
+  const Lifetimes l = lifetimes(trace);
+  CHECK(l.allocated_bytes == 6 * 4 * kMiB);                   // the step's activations
+  CHECK(l.peak_bytes == l.existing_bytes + 6 * 4 * kMiB);     // all six held at the turn
+}

@@ -2,6 +2,7 @@
 // warm-up pass, multi-phase (GAN) steps, inference, explicit boundaries, on_end, no repeat.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <optional>
 #include <set>
 #include <utility>
@@ -418,4 +419,109 @@ TEST_CASE("iteration: a stream that never repeats gives nothing", "[iteration]")
     CHECK(o.detections == 0);
     CHECK_FALSE(o.at_end.has_value());
   }
+}
+
+// ---- Note [Iterations without convolutions] ---------------------------------------------------
+
+namespace {
+
+// A program of operations with live-bytes bookkeeping, fed to an OpRepeatDetector.
+struct OpProgram {
+  vcudnn::OpRepeatDetector d;
+  uint64_t seq = 0;
+  int64_t live = 0;
+  std::optional<vcudnn::DetectedIteration> found;
+  uint64_t found_at = 0;
+  void op(uint64_t identity, int64_t delta = 0) {
+    const int64_t before = live;
+    live += delta;
+    auto r = d.on_op(seq, identity, before, live);
+    if (r && !found) {
+      found = r;
+      found_at = seq;
+    }
+    ++seq;
+  }
+};
+
+// A transformer-like step: six identical layers forward (each keeps an activation), six backward
+// (each frees one), then the optimizer: in iteration 1 it allocates its state for good, then a
+// per-parameter loop of temporaries. Returns the seq the iteration started at.
+uint64_t transformer_step(OpProgram& p, bool first) {
+  const uint64_t start = p.seq;
+  constexpr int64_t kAct = 8 << 20;
+  for (int layer = 0; layer < 6; ++layer) {
+    p.op(101, kAct);  // the activation
+    p.op(102);        // matmul
+    p.op(103);        // softmax
+  }
+  p.op(110, 1024);  // the loss
+  p.op(111);
+  for (int layer = 0; layer < 6; ++layer) {
+    p.op(201);
+    p.op(202);
+    p.op(203, -kAct);
+  }
+  p.op(112, -1024);
+  if (first) p.op(300, 64 << 20);  // optimizer state, kept
+  for (int param = 0; param < 10; ++param) {
+    p.op(301, 4096);
+    p.op(302);
+    p.op(303, -4096);
+  }
+  return start;
+}
+
+}  // namespace
+
+TEST_CASE("iteration without convolutions: the step repeats, not a layer nor the optimizer's loop",
+          "[iteration][ops]") {
+  OpProgram p;
+  p.op(1, 100 << 20);  // parameters
+  p.op(2);
+  const uint64_t first = transformer_step(p, true);
+  const uint64_t second = transformer_step(p, false);
+  const uint64_t third = transformer_step(p, false);
+  const uint64_t fourth = transformer_step(p, false);
+  REQUIRE(p.found);
+  // One whole step: the window may begin anywhere the steady state repeats from (here as early as
+  // iteration 1's optimizer loop, after its state was allocated), never a layer or the loop.
+  CHECK(p.found->end_seq - p.found->first_seq == third - second);
+  CHECK(p.found->first_seq > first);
+  CHECK(p.found->first_seq <= second);
+  CHECK(p.found_at < fourth);  // found once two whole steps repeated, before the fourth step
+  CHECK(p.found->how == "auto");
+}
+
+TEST_CASE("iteration without convolutions: a loop that never rises is no iteration", "[iteration][ops]") {
+  OpProgram p;
+  p.op(1, 100 << 20);
+  p.op(5, 1 << 30);  // a peak long ago
+  p.op(6, -(1 << 30));
+  for (int i = 0; i < 2000; ++i) {  // an evaluation-style loop of temporaries: repeats, barely rises
+    p.op(301, 4096);
+    p.op(302);
+    p.op(303, -4096);
+  }
+  CHECK_FALSE(p.found);
+  // Fewer than 2 x kMinOps operations repeating: no window is long enough. (A short period that
+  // goes on repeating is found through its multiples: the step of a program that does only that.)
+  OpProgram q;
+  for (size_t i = 0; i < vcudnn::OpRepeatDetector::kMinOps - 1; ++i) {
+    q.op(7, 1 << 20);
+    q.op(8, -(1 << 20));
+  }
+  CHECK_FALSE(q.found);
+  q.op(7, 1 << 20);
+  q.op(8, -(1 << 20));
+  CHECK(q.found);
+}
+
+TEST_CASE("iteration without convolutions: a long stretch that allocates nothing stays cheap", "[iteration][ops]") {
+  OpProgram p;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < 200000; ++i) p.op(1000 + i % 7);  // one level throughout
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN("200000 operations at one level: " << s << " s");
+  CHECK(s < 20.0);  // bounded tries per operation (kMaxTries), not a scan of every boundary
 }
