@@ -413,7 +413,7 @@ size_t BackendShadow::size() const {
 std::string BackendShadow::summary() const {
   std::string s = "graph_api:";
   for (size_t i = 0; i < static_cast<size_t>(GraphKind::kCount); ++i)
-    s += fmt::format(" {}={}", kKindNames[i], executions_[i].load(std::memory_order_relaxed));
+    s += fmt::format(" {}_plans={}", kKindNames[i], executions_[i].load(std::memory_order_relaxed));
   return s;
 }
 

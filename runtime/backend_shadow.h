@@ -75,7 +75,8 @@ class BackendShadow {
 
   size_t size() const;  // descriptors known now
   uint64_t executions(GraphKind kind) const { return executions_[static_cast<size_t>(kind)].load(); }
-  // "graph_api: conv_fwd=… conv_bwd_data=… conv_bwd_filter=… other=… unknown=…"
+  // "graph_api: conv_fwd_plans=… conv_bwd_data_plans=… conv_bwd_filter_plans=… other_plans=…
+  // unknown_plans=…" (keys of their own: the legacy counters are conv_fwd=… and so on)
   std::string summary() const;
 
  private:

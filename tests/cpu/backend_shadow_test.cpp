@@ -288,7 +288,8 @@ TEST_CASE("graph-API shadow: other graphs, unseen plans and asymmetric padding a
   for (GraphKind k : {GraphKind::kConvForward, GraphKind::kConvForward, GraphKind::kOther, GraphKind::kUnknown})
     s.count_execution(k);
   CHECK(s.executions(GraphKind::kConvForward) == 2);
-  CHECK(s.summary() == "graph_api: conv_fwd=2 conv_bwd_data=0 conv_bwd_filter=0 other=1 unknown=1");
+  CHECK(s.summary() ==
+        "graph_api: conv_fwd_plans=2 conv_bwd_data_plans=0 conv_bwd_filter_plans=0 other_plans=1 unknown_plans=1");
   f.destroy_all();
   CHECK(s.size() == 0);
 }
