@@ -29,6 +29,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3, help="untimed steps")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", default=None, metavar="MODE",
+                   help="torch.compile the model (default, reduce-overhead, ...); the compile runs in the warm-up")
     p.add_argument("--out", required=True, help="JSON result file")
     args = p.parse_args()
 
@@ -36,7 +38,8 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("offload_step.py: no CUDA device visible to PyTorch")
     torch.backends.cudnn.benchmark = args.benchmark
-    step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seq=args.seq, seed=args.seed)
+    step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seq=args.seq, seed=args.seed,
+                                   compile_mode=args.compile)
 
     t0 = time.perf_counter()
     for _ in range(args.warmup):
