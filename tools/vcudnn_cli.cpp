@@ -2,9 +2,15 @@
 // resolves, whether a GPU is present, and the configuration table; `vcudnn trace FILE` checks
 // and summarises a trace written by VCUDNN_TRACE; `vcudnn run [options] -- command` starts a
 // command under vcudnn (launcher.cpp).
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -93,6 +99,30 @@ int run_info() {
 }
 
 std::string mib_text(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+// Draws the trace with scripts/trace_plot.py (matplotlib) from this build's source tree; its exit
+// status.
+int plot_trace(const std::string& path, const std::string& out, uint64_t budget) {
+  const std::string script = std::string(VCUDNN_SOURCE_DIR) + "/scripts/trace_plot.py";
+  if (::access(script.c_str(), R_OK) != 0) {
+    fmt::print(stderr, "error: cannot plot: {} is missing\n", script);
+    return 1;
+  }
+  std::vector<std::string> args{"python3", script, path, out};
+  if (budget) args.insert(args.end(), {"--budget", std::to_string(budget)});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int e = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ); e != 0) {
+    fmt::print(stderr, "error: cannot plot: python3: {}\n", std::strerror(e));
+    return 1;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
 
 int run_trace(const std::string& path, bool require_complete) {
   auto r = read_trace(path);
@@ -206,9 +236,13 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "resolved libraries, GPU and configuration (default)");
   std::string trace_path;
   bool require_complete = false;
+  std::string plot_path;
+  uint64_t plot_budget = 0;
   auto* trace = app.add_subcommand("trace", "check and summarise a trace written by VCUDNN_TRACE");
   trace->add_option("file", trace_path, "trace file")->required();
   trace->add_flag("--require-complete", require_complete, "exit 3 when the trace holds no complete iteration");
+  trace->add_option("--plot", plot_path, "also draw memory over the iteration into this PNG (python3 with matplotlib)");
+  trace->add_option("--budget", plot_budget, "with --plot: draw a device budget (bytes)");
   vcudnn::launcher::Request request;
   auto* run = add_run_command(app, request);
   request.command = split_command(argc, argv);
@@ -224,7 +258,12 @@ int main(int argc, char** argv) {
     }
     return vcudnn::launcher::run(request);
   }
-  if (trace->parsed()) return vcudnn::run_trace(trace_path, require_complete);
+  if (trace->parsed()) {
+    const int rc = vcudnn::run_trace(trace_path, require_complete);
+    if (rc == 1 || plot_path.empty()) return rc;
+    const int plotted = vcudnn::plot_trace(trace_path, plot_path, plot_budget);
+    return plotted != 0 ? plotted : rc;
+  }
   (void)info;
   return vcudnn::run_info();
 }

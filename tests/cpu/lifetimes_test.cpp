@@ -154,3 +154,28 @@ TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the comma
   CHECK(old.exit_code == 1);
   CHECK_THAT(old.err, Catch::Contains("record it again"));
 }
+
+// `vcudnn trace --plot` draws the iteration with scripts/trace_plot.py (matplotlib: scripts/install-deps
+// installs it). The PNG is a PNG, and the script names the peak it drew.
+TEST_CASE("vcudnn trace --plot draws memory over the iteration", "[lifetimes][cli]") {
+  Builder b;
+  const uint32_t param = b.buffer(2 * kMiB), act = b.buffer(6 * kMiB), tmp_buf = b.buffer(kMiB);
+  b.add(CallKind::kAlloc, static_cast<int32_t>(act));
+  b.add(CallKind::kConvolution, -1, {{param, AccessMode::kRead}, {act, AccessMode::kWrite}});
+  b.add(CallKind::kAlloc, static_cast<int32_t>(tmp_buf));
+  b.add(CallKind::kLaunch, -1, {{tmp_buf, AccessMode::kUnknown}});
+  b.add(CallKind::kFree, static_cast<int32_t>(tmp_buf));
+  b.add(CallKind::kConvolution, -1, {{act, AccessMode::kRead}, {param, AccessMode::kRead}}, ConvKind::kBackwardFilter);
+  b.add(CallKind::kFree, static_cast<int32_t>(act));
+  test::TempDir tmp;
+  const std::string path = tmp.file("t.json"), png = tmp.file("t.png");
+  REQUIRE(write_trace(b.t, path).ok());
+  const auto r =
+      test::run_process({test::exe_dir() + "/vcudnn", "trace", path, "--plot", png, "--budget", "5000000"}, {});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains(png + ": peak 9.0 MiB at call 102"));  // 2 + 6 + 1 at the temporary
+  const std::string bytes = test::read_file(png);
+  REQUIRE(bytes.size() > 1000);
+  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+}
