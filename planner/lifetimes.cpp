@@ -43,9 +43,22 @@ Lifetimes lifetimes(const Trace& trace, uint64_t first_seq, uint64_t end_seq) {
   uint64_t live = out.existing_bytes;
   out.peak_bytes = live;
   out.peak_seq = first_seq;
+  uint64_t library = 0;  // library buffers alive now
+  for (const BufferLife& l : out.buffers)
+    if (!l.alloc_seq && trace.buffers[l.buffer].library) library += l.bytes;
   for (const TraceCall& c : trace.calls) {
     if (c.seq < first_seq || c.seq >= end_seq) continue;
     const uint64_t bytes = c.buffer >= 0 ? trace.buffers[static_cast<size_t>(c.buffer)].bytes : 0;
+    const bool library_buffer = c.buffer >= 0 && trace.buffers[static_cast<size_t>(c.buffer)].library;
+    if (c.kind == CallKind::kAlloc && library_buffer) library += bytes;
+    uint64_t needed = library + (c.kind == CallKind::kAlloc && !library_buffer ? bytes : 0);
+    for (const BufferAccess& a : c.accesses)
+      if (!trace.buffers[a.buffer].library) needed += trace.buffers[a.buffer].bytes;
+    if (needed > out.least_bytes) {
+      out.least_bytes = needed;
+      out.least_seq = c.seq;
+    }
+    if (c.kind == CallKind::kFree && library_buffer) library -= std::min(library, bytes);
     if (c.kind == CallKind::kAlloc) live += bytes;
     if (live > out.peak_bytes) {
       out.peak_bytes = live;

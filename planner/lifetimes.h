@@ -38,6 +38,11 @@ struct Lifetimes {
   // leaves for its backward).
   std::optional<uint64_t> turn_seq;
   uint64_t alive_across_turn = 0;
+  // The least device memory any offload plan needs: at each call, the buffers it uses (they must
+  // be on the device while it runs), what it allocates, and every library buffer alive then (never
+  // moved); the largest over the span, and where.
+  uint64_t least_bytes = 0;
+  uint64_t least_seq = 0;
 };
 
 // Over the trace's iteration (first_seq..end_seq), or over every call when the trace holds none.

@@ -167,6 +167,8 @@ int run_trace(const std::string& path, bool require_complete) {
                mib_text(l.peak_bytes), l.peak_seq);
     if (l.turn_seq)
       fmt::print("forward to backward at call {}: {} alive across it\n", *l.turn_seq, mib_text(l.alive_across_turn));
+    fmt::print("least device memory any offload plan needs: {} (call {}: its buffers and the library's)\n",
+               mib_text(l.least_bytes), l.least_seq);
   }
   if (t.link)
     fmt::print("host link: {:.1f} GB/s device to host, {:.1f} GB/s host to device, {:.1f} GB/s both\n",

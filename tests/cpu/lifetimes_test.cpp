@@ -81,6 +81,9 @@ TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from
   REQUIRE(l.turn_seq);
   CHECK(*l.turn_seq == turn);
   CHECK(l.alive_across_turn == 10 * kMiB);  // the gradient was allocated just before the turn
+  // The least budget: the backward-filter convolution needs act1, grad and param at once.
+  CHECK(l.least_bytes == (4 + 3 + 1) * kMiB);
+  CHECK(l.least_seq == bw);
   REQUIRE(l.curve.size() == b.t.calls.size());
   const std::vector<uint64_t> live = {5, 5, 7, 7, 7, 10, 10, 8, 8, 4, 1};
   for (size_t i = 0; i < live.size(); ++i) {
@@ -143,6 +146,8 @@ TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the comma
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("2 buffers; 0.0 MiB alive at the start, 4.0 MiB allocated; live peak 4.0 MiB at call 102"));
   CHECK_THAT(r.out, Catch::Contains("forward to backward at call " + std::to_string(turn) + ": 4.0 MiB alive across it"));
+  CHECK_THAT(r.out, Catch::Contains("least device memory any offload plan needs: 4.0 MiB (call " +
+                                    std::to_string(turn) + ":"));
   CHECK_THAT(r.out, Catch::Contains("host link: 50.0 GB/s device to host"));
 
   auto j = nlohmann::json::parse(test::read_file(path));
