@@ -41,6 +41,41 @@ GraphConv conv_of(ConvKind kind, int64_t channels, int64_t engine) {
   return g;
 }
 
+constexpr uint64_t kMiB = 1 << 20;
+
+// A memory manager on the simulated device reporting to a recorder, as with VCUDNN_POLICY=offload
+// and VCUDNN_TRACE set.
+struct OwnedRecording {
+  static memory::ManagerConfig config() {
+    constexpr uint64_t kG = 2 * kMiB;
+    memory::ManagerConfig c;
+    c.device_total = 4096 * kG;
+    c.host_budget = 64 * kMiB;
+    c.host_slab_bytes = 8 * kMiB;
+    c.reserve_bytes = 4096 * kG;
+    return c;
+  }
+  test::SimDevice dev{2 * kMiB, 64};
+  memory::MemoryManager m{dev, dev, dev, config()};
+  test::TempDir tmp;
+  std::string path = tmp.file("trace.json");
+  Recorder r{RecorderConfig{path}};
+  memory::Stream s = test::SimDevice::stream(1);
+
+  OwnedRecording() {
+    memory::detail::g_active.store(true);
+    m.set_sink(&r);
+  }
+  ~OwnedRecording() { memory::detail::g_active.store(false); }
+  // Ends the recording and reads the trace back.
+  Result<Trace> finish() {
+    r.finish();
+    memory::detail::g_active.store(false);
+    dev.run_all();
+    return read_trace(path);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("recorder: graph-API convolutions alone make an iteration, recorded with every field", "[trace][shadow]") {
@@ -92,20 +127,10 @@ TEST_CASE("recorder: graph-API convolutions alone make an iteration, recorded wi
 // The trace is valid by the reader's rules and its lifetimes are the program's.
 TEST_CASE("recorder: allocations, frees and every call's buffers join the recorded sequence", "[trace][memory]") {
   using namespace vcudnn::memory;
-  constexpr uint64_t kMiB = 1 << 20, kG = 2 * kMiB;
-  test::SimDevice dev(kG, 64);
-  ManagerConfig config;
-  config.device_total = 4096 * kG;
-  config.host_budget = 64 * kMiB;
-  config.host_slab_bytes = 8 * kMiB;
-  config.reserve_bytes = 4096 * kG;
-  MemoryManager m(dev, dev, dev, config);
-  detail::g_active.store(true);
-  test::TempDir tmp;
-  const std::string path = tmp.file("memory.json");
-  Recorder r(RecorderConfig{path});
-  m.set_sink(&r);
-  const Stream s = test::SimDevice::stream(1);
+  OwnedRecording o;
+  MemoryManager& m = o.m;
+  Recorder& r = o.r;
+  const Stream s = o.s;
   const auto weight = m.allocate(3 * kMiB, s, Origin::kFramework);  // before the iteration: existing
   REQUIRE(weight);
   const GraphConv fwd = conv_of(ConvKind::kForward, 16, 1), bwd = conv_of(ConvKind::kBackwardData, 16, 2);
@@ -124,11 +149,8 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
     }
     REQUIRE(m.free(*act, s));
   }
-  r.finish();
-  detail::g_active.store(false);
-  dev.run_all();
   INFO(r.outcome());
-  const auto t = read_trace(path);
+  const auto t = o.finish();
   REQUIRE(t.ok());
   const Trace& trace = t.value();
   REQUIRE(trace.complete);
@@ -167,20 +189,10 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
 // its iteration found from the operations alone, and the trace holds one whole step.
 TEST_CASE("recorder: an iteration without convolutions is found from the operations", "[trace][memory][ops]") {
   using namespace vcudnn::memory;
-  constexpr uint64_t kMiB = 1 << 20, kG = 2 * kMiB;
-  test::SimDevice dev(kG, 64);
-  ManagerConfig config;
-  config.device_total = 4096 * kG;
-  config.host_budget = 64 * kMiB;
-  config.host_slab_bytes = 8 * kMiB;
-  config.reserve_bytes = 4096 * kG;
-  MemoryManager m(dev, dev, dev, config);
-  detail::g_active.store(true);
-  test::TempDir tmp;
-  const std::string path = tmp.file("ops.json");
-  Recorder r(RecorderConfig{path});
-  m.set_sink(&r);
-  const Stream s = test::SimDevice::stream(1);
+  OwnedRecording o;
+  MemoryManager& m = o.m;
+  Recorder& r = o.r;
+  const Stream s = o.s;
   const auto launch = [&](uint64_t a, const char* api) {
     CallScope scope;
     REQUIRE(m.touch(&a, 1, Access::kUnknown, s, api));
@@ -203,11 +215,8 @@ TEST_CASE("recorder: an iteration without convolutions is found from the operati
     if (step == 0) state.push_back(*m.allocate(16 * kMiB, s, Origin::kFramework));  // optimizer state
     launch(state.front(), "cudaLaunchKernel");
   }
-  r.finish();
-  detail::g_active.store(false);
-  dev.run_all();
   INFO(r.outcome());
-  const auto t = read_trace(path);
+  const auto t = o.finish();
   REQUIRE(t.ok());
   const Trace& trace = t.value();
   CHECK(trace.complete);
