@@ -67,6 +67,14 @@ Lifetimes lifetimes(const Trace& trace, uint64_t first_seq, uint64_t end_seq) {
     if (c.kind == CallKind::kFree) live -= std::min(live, bytes);
     out.curve.push_back({c.seq, live});
   }
+  // Alive at the peak: allocated before it or at it (or before the span), freed after it or never.
+  for (size_t i = 0; i < out.buffers.size(); ++i) {
+    const BufferLife& l = out.buffers[i];
+    if ((!l.alloc_seq || *l.alloc_seq <= out.peak_seq) && (!l.free_seq || *l.free_seq > out.peak_seq))
+      out.at_peak.push_back(i);
+  }
+  std::stable_sort(out.at_peak.begin(), out.at_peak.end(),
+                   [&](size_t a, size_t b) { return out.buffers[a].bytes > out.buffers[b].bytes; });
   if (out.turn_seq) {
     for (const BufferLife& l : out.buffers) {
       const bool before = !l.alloc_seq || *l.alloc_seq < *out.turn_seq;

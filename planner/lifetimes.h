@@ -31,6 +31,8 @@ struct Lifetimes {
   std::vector<LivePoint> curve;         // one point per call of the span
   uint64_t peak_bytes = 0;
   uint64_t peak_seq = 0;
+  // What holds the peak: indexes into `buffers` of those alive at peak_seq, largest first.
+  std::vector<size_t> at_peak;
   uint64_t allocated_bytes = 0;         // allocated within the span
   uint64_t existing_bytes = 0;          // alive when the span starts (parameters, optimizer state, ...)
   // The turn from forward to backward: the first backward convolution after a forward one, and

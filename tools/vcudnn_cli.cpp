@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -165,6 +166,16 @@ int run_trace(const std::string& path, bool require_complete) {
     fmt::print("memory over calls {}..{}: {} buffers; {} alive at the start, {} allocated; live peak {} at call {}\n",
                l.first_seq, l.end_seq, l.buffers.size(), mib_text(l.existing_bytes), mib_text(l.allocated_bytes),
                mib_text(l.peak_bytes), l.peak_seq);
+    const size_t shown = std::min<size_t>(l.at_peak.size(), 5);
+    for (size_t k = 0; k < shown; ++k) {  // what holds the peak
+      const BufferLife& b = l.buffers[l.at_peak[k]];
+      fmt::print("  at the peak: {} buffer {}{}, {}, {}\n", mib_text(b.bytes), t.buffers[b.buffer].id,
+                 t.buffers[b.buffer].library ? " (library)" : "",
+                 b.alloc_seq ? fmt::format("allocated at call {}", *b.alloc_seq) : std::string("alive at the start"),
+                 b.uses.empty() ? std::string("not used in the span")
+                                : fmt::format("used {} times, last at call {}", b.uses.size(), b.uses.back()));
+    }
+    if (l.at_peak.size() > shown) fmt::print("  at the peak: {} more buffers\n", l.at_peak.size() - shown);
     if (l.turn_seq)
       fmt::print("forward to backward at call {}: {} alive across it\n", *l.turn_seq, mib_text(l.alive_across_turn));
     fmt::print("least device memory any offload plan needs: {} (call {}: its buffers and the library's)\n",

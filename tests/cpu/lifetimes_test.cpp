@@ -78,6 +78,10 @@ TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from
   CHECK(l.allocated_bytes == 9 * kMiB);
   CHECK(l.peak_bytes == 10 * kMiB);  // param + act1 + act2 + grad at the gradient's allocation
   CHECK(l.peak_seq == g);
+  // What holds it, largest first: act1 (4), grad (3), act2 (2), param (1).
+  std::vector<uint32_t> holders;
+  for (size_t i : l.at_peak) holders.push_back(l.buffers[i].buffer);
+  CHECK(holders == std::vector<uint32_t>{act1, grad, act2, param});
   REQUIRE(l.turn_seq);
   CHECK(*l.turn_seq == turn);
   CHECK(l.alive_across_turn == 10 * kMiB);  // the gradient was allocated just before the turn
@@ -146,6 +150,8 @@ TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the comma
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("2 buffers; 0.0 MiB alive at the start, 4.0 MiB allocated; live peak 4.0 MiB at call 102"));
   CHECK_THAT(r.out, Catch::Contains("forward to backward at call " + std::to_string(turn) + ": 4.0 MiB alive across it"));
+  CHECK_THAT(r.out, Catch::Contains("at the peak: 3.0 MiB buffer 1, allocated at call 100, used 2 times, last at call " +
+                                    std::to_string(turn)));
   CHECK_THAT(r.out, Catch::Contains("least device memory any offload plan needs: 4.0 MiB (call " +
                                     std::to_string(turn) + ":"));
   CHECK_THAT(r.out, Catch::Contains("host link: 50.0 GB/s device to host"));
