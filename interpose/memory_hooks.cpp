@@ -5,11 +5,11 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
-#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
 #include "runtime/barrier.h"
+#include "runtime/entry_points.h"
 #include "runtime/log.h"
 #include "runtime/memory_manager.h"
 #include "runtime/real_api.h"
@@ -20,16 +20,6 @@ using namespace vcudnn::memory;
 namespace {
 
 // NVIDIA's libraries allocate memory their own kernels use out of vcudnn's sight: never evicted.
-bool is_library(const char* path) {
-  const char* base = std::strrchr(path, '/');
-  base = base ? base + 1 : path;
-  for (const char* prefix : {"libcudnn", "libcublas", "libcufft", "libcurand", "libcusparse", "libcusolver",
-                             "libnccl", "libnvrtc", "libnvJitLink", "libcudart", "libcuda.", "libnvidia"}) {
-    if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) return true;
-  }
-  return false;
-}
-
 Origin origin_lookup(void* return_address) {
   static std::mutex mu;
   static std::unordered_map<void*, Origin>* cache = new std::unordered_map<void*, Origin>();
@@ -37,7 +27,7 @@ Origin origin_lookup(void* return_address) {
   const auto it = cache->find(return_address);
   if (it != cache->end()) return it->second;
   Dl_info info{};
-  const Origin o = dladdr(return_address, &info) && info.dli_fname && is_library(info.dli_fname) ? Origin::kLibrary
+  const Origin o = dladdr(return_address, &info) && info.dli_fname && entry_points::is_nvidia_library(info.dli_fname) ? Origin::kLibrary
                                                                                                    : Origin::kFramework;
   cache->emplace(return_address, o);
   return o;

@@ -123,16 +123,6 @@ bool object_of(const void* address, const void** base, const char** file) {
   return true;
 }
 
-// NVIDIA's libraries keep their own driver calls (their kernels' memory is theirs, never evicted).
-bool is_nvidia_library(const char* file) {
-  const char* base = base_name(file);
-  for (const char* prefix : {"libcudnn", "libcublas", "libcufft", "libcurand", "libcusparse", "libcusolver", "libnccl",
-                             "libnvrtc", "libnvJitLink", "libcudart", "libcuda.", "libnvidia", "libcupti"}) {
-    if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) return true;
-  }
-  return false;
-}
-
 bool is_libcuda(const char* file) { return std::strncmp(base_name(file), "libcuda.so", 10) == 0; }
 
 // A handle on the object whose file is `file` (already loaded), or nullptr. Each call holds a
@@ -200,6 +190,15 @@ void note(size_t i, Via via, const char* caller_file) {
 }
 
 }  // namespace
+
+bool is_nvidia_library(const char* path) noexcept {
+  const char* base = base_name(path);
+  for (const char* prefix : {"libcudnn", "libcublas", "libcufft", "libcurand", "libcusparse", "libcusolver", "libnccl",
+                             "libnvrtc", "libnvJitLink", "libcudart", "libcuda.", "libnvidia", "libcupti"}) {
+    if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) return true;
+  }
+  return false;
+}
 
 const char* const* hooked_names(size_t* count) {
   *count = kCount;

@@ -27,6 +27,11 @@ bool is_hooked_name(const char* name);
 // and for callers inside vcudnn or an NVIDIA library (whose own driver calls must stay theirs).
 void* substitute(const char* symbol, void* real, const void* caller, Via via) noexcept;
 
+// Whether `path` (a shared object's file) is one of NVIDIA's libraries (cuDNN, cuBLAS, NCCL, the
+// CUDA runtime and driver, ...): their driver calls stay theirs, and the memory they allocate for
+// their own kernels is never evicted (interpose/memory_hooks.cpp).
+bool is_nvidia_library(const char* path) noexcept;
+
 struct Counts {
   uint64_t substituted[static_cast<size_t>(Via::kCount)] = {};
 };
