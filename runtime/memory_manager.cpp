@@ -30,8 +30,7 @@ MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend&
                              const ManagerConfig& config, std::unique_ptr<EvictionPolicy> policy)
     : config_(config),
       device_(device),
-      arena_(physical,
-             config.reserve_bytes ? config.reserve_bytes : 4 * config.device_total + config.host_budget,
+      arena_(physical, config.reserve_bytes ? config.reserve_bytes : 4 * config.device_total + config.host_budget,
              config.device_budget.value_or(config.device_total), config.device_budget ? 0 : kExtentMinGranules),
       host_(host, config.device_budget ? config.host_budget : 0, config.host_slab_bytes),
       order_(device),
@@ -102,9 +101,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
         "cannot be evicted (buffers below one granule, library and pinned buffers){}; cudaErrorMemoryAllocation",
         bytes, mib(bytes), config_.device_budget ? mib(*config_.device_budget) : "none (the card)",
         mib(arena_.mapped_bytes()), mib(arena_.idle_bytes()), mib(unevictable_bytes()),
-        eviction_paused() ? "; eviction is paused (a CUDA graph capture is in progress, or a graph vcudnn did not "
-                            "see built was used)"
-                          : "");
+        eviction_paused() ? "; eviction is off (a CUDA graph vcudnn did not see built was used)" : "");
     return std::nullopt;
   }
   order_new_owner(waits, stream);
@@ -142,9 +139,10 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
 void MemoryManager::order_new_owner(const pool::TagSet& waits, StreamRef stream) {
   for (const pool::FreeTag& t : waits.tags()) {
     if (stream && order_.order(*stream, t)) continue;
-    // cudaMalloc's memory is usable on every stream at once (or a fence could not be recorded).
+    // cudaMalloc's memory is usable on every stream at once (or a fence could not be recorded, or
+    // the stream is being captured).
     if (order_.settled(t)) continue;
-    host_waits_.add(HostWait::k_sync_allocation);
+    host_waits_.add(capturing() ? HostWait::k_graph : HostWait::k_sync_allocation);
     order_.wait_host(t);
   }
 }
@@ -205,8 +203,7 @@ void MemoryManager::synchronized(const StreamOrder::Snapshot& done) {
   std::unique_lock<std::mutex> lock(mu_);
   order_.settle(done);
   reap();
-  const uint64_t n =
-      arena_.end_interval([this](const pool::FreeTag& t) { return order_.settled(t); }, kKeptFreeChunks);
+  const uint64_t n = arena_.end_interval([this](const pool::FreeTag& t) { return order_.settled(t); }, kKeptFreeChunks);
   counters_.released_bytes += n * arena_.granularity();
 }
 
@@ -216,8 +213,8 @@ uint64_t MemoryManager::trim_to(uint64_t keep_bytes) {
   const uint64_t g = arena_.granularity();
   const uint64_t keep = g ? keep_bytes / g : 0;
   const uint64_t idle = arena_.idle_bytes() / std::max<uint64_t>(g, 1);
-  const uint64_t n = idle > keep ? arena_.trim(idle - keep, [this](const pool::FreeTag& t) { return order_.settled(t); })
-                                 : 0;
+  const uint64_t n =
+      idle > keep ? arena_.trim(idle - keep, [this](const pool::FreeTag& t) { return order_.settled(t); }) : 0;
   const uint64_t mapped_idle = arena_.idle_bytes() / std::max<uint64_t>(g, 1);
   arena_.release_free_chunks(keep > mapped_idle ? keep - mapped_idle : 0);
   counters_.released_bytes += n * g;
@@ -351,9 +348,10 @@ bool MemoryManager::start_evictions(uint64_t granules) {
   }
   const std::vector<Buffer*> started = residency_.start_eviction(go);
   if (started.size() < go.size() && host_.stats().held_bytes > 0)
-    VCUDNN_WARN_LIMITED("offload: the host budget is exhausted ({} pinned, {} in use): {} buffers stay on the device; "
-                        "raise VCUDNN_HOST_BUDGET",
-                        mib(host_.stats().held_bytes), mib(host_.stats().in_use_bytes), go.size() - started.size());
+    VCUDNN_WARN_LIMITED(
+        "offload: the host budget is exhausted ({} pinned, {} in use): {} buffers stay on the device; "
+        "raise VCUDNN_HOST_BUDGET",
+        mib(host_.stats().held_bytes), mib(host_.stats().in_use_bytes), go.size() - started.size());
   for (Buffer* b : started) {
     evicting_.push_back(b);
     evicting_granules_ += b->span / g;
@@ -469,7 +467,8 @@ bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef st
     slow = slow || b->state.load(std::memory_order_seq_cst) != BufferState::kResident ||
            b->restoring.load(std::memory_order_relaxed);
   }
-  if (captures_.load(std::memory_order_relaxed) > 0) pin_for_graph(hits);  // Note [CUDA graphs under a budget]
+  const bool capturing = this->capturing();
+  if (capturing) pin_for_graph(hits);     // Note [CUDA graphs under a budget]
   if (OpSink* sink = recording_sink()) {  // the first iteration only
     try {
       std::vector<BufferUse> uses;
@@ -508,7 +507,14 @@ bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef st
           mib(unevictable_bytes()));
       return false;
     }
-    if (b->restoring.load()) settle_restore(b, stream);
+    if (!b->restoring.load()) continue;
+    if (capturing) {  // the capturing stream cannot wait on a copy queued outside its capture
+      host_waits_.add(HostWait::k_graph);
+      order_.wait_host(b->ready);
+      b->restoring.store(false);
+    } else {
+      settle_restore(b, stream);
+    }
   }
   return true;
 }
@@ -558,14 +564,21 @@ bool MemoryManager::touch_remembered(const void* owner, StreamRef stream, const 
 
 // Note [CUDA graphs under a budget]
 // A graph replays the kernels, copies and library calls captured into it with the pointers they had
-// then, without any hook running. While a capture is in progress vcudnn therefore (1) evicts
-// nothing (everything evicted came back when the capture began), and (2) pins every buffer a
-// hooked call touches: those are the buffers the graph will use, and they stay on the device for
-// as long as they live. When the capture ends, eviction resumes for every other buffer. Memory the
-// framework allocates on the capturing stream is CUDA's own (graph memory nodes: memory_hooks.cpp).
-// A graph whose work vcudnn did not see (nodes added one by one, cuDNN's own graph population
-// without a capture) turns eviction off for the rest of the process, as there is no telling
-// what it uses.
+// then, without any hook running. So every buffer a hooked call touches while a capture is in
+// progress is pinned: those are the buffers the graph will use, and they stay on the device for as
+// long as they live (graph_pinned in the exit line). Everything else may still be evicted, during
+// the capture too: the live bytes may exceed the budget, so bringing everything back for a capture
+// cannot work. A buffer the capture touches while it is evicted comes back then, and the host waits
+// for the copy (host_waits "graph"): the capturing stream cannot wait on an event recorded outside
+// its capture, and a capture happens once per graph. When the capture begins, every stream gets a
+// fence covering what was queued on it so far: work queued on a stream once it is capturing is
+// recorded into the graph, not run, and no event can be recorded there, so an eviction that must
+// follow earlier work on that stream waits on this fence. Memory the framework allocates on the
+// capturing stream with cudaMallocAsync is CUDA's own (graph memory nodes: memory_hooks.cpp); the
+// caching allocator's segments (cudaMalloc) are vcudnn's like any other. A graph whose work vcudnn
+// did not see (nodes added one by one, cuDNN's own graph population without a capture) turns
+// eviction off for the rest of the process, as there is no telling what it uses.
+// restore_all_locked: every evicted buffer back and settled (that last case); returns how many.
 uint64_t MemoryManager::restore_all_locked() {
   uint64_t restored = 0;
   for (const auto& [addr, b] : live_) {
@@ -584,14 +597,13 @@ uint64_t MemoryManager::restore_all_locked() {
 
 void MemoryManager::capture_begins(const char* api) {
   const bool first = !graphs_seen_.exchange(true);
+  order_.fence_all();  // before the capture starts: afterwards nothing can be recorded on its stream
   captures_.fetch_add(1);
-  std::unique_lock<std::mutex> lock(mu_);
-  const uint64_t restored = restore_all_locked();
-  if (first || restored)
+  if (first)
     VCUDNN_LOG_INFO(
-        "offload: {}: a CUDA graph is being captured: eviction pauses until the capture ends ({} evicted buffers "
-        "brought back); the buffers its work uses stay on the device while they live",
-        api, restored);
+        "offload: {}: a CUDA graph is being captured: the buffers its work uses stay on the device while they live "
+        "(an evicted one comes back when the capture touches it); other buffers may still be evicted",
+        api);
 }
 
 void MemoryManager::capture_ends(const char* api) {
@@ -601,7 +613,7 @@ void MemoryManager::capture_ends(const char* api) {
   std::unique_lock<std::mutex> lock(mu_);
   VCUDNN_LOG_INFO("offload: {}: capture ended; {} buffers ({}) are kept on the device for CUDA graphs so far{}", api,
                   counters_.graph_pinned_buffers, mib(counters_.graph_pinned_bytes),
-                  captures_.load() ? ", another capture is in progress" : "; eviction resumes for every other buffer");
+                  captures_.load() ? ", another capture is in progress" : "");
 }
 
 void MemoryManager::graph_launched(const char* api) {
@@ -639,7 +651,7 @@ void MemoryManager::pin_remembered(const void* owner, const char* api) {
   pin(words.data(), words.size(), api);
 }
 
-void MemoryManager::prepare_query(uint64_t word, const char* /*api*/) {
+void MemoryManager::prepare_query(uint64_t word, const char* api) {
   const auto hit = index_.find(word);
   if (!hit) return;
   Buffer* b = reinterpret_cast<Buffer*>(hit->id);
@@ -648,7 +660,13 @@ void MemoryManager::prepare_query(uint64_t word, const char* /*api*/) {
   if (!is_live(b)) return;
   b->last_use.store(next_tick());
   // The copy back is queued; the access that follows the query orders its stream after it.
-  restore_locked(b, std::nullopt, true);
+  if (restore_locked(b, std::nullopt, true) == RestoreResult::kNoRoom)
+    VCUDNN_WARN_LIMITED(
+        "offload: {} asks about a pointer into an evicted buffer of {}, which the device budget of {} cannot hold "
+        "next to what cannot be evicted ({}, of which {} kept for CUDA graphs); the driver answers for unmapped "
+        "memory (CUDA_ERROR_INVALID_VALUE). Raise VCUDNN_DEVICE_BUDGET.",
+        api, mib(b->bytes), config_.device_budget ? mib(*config_.device_budget) : "none", mib(unevictable_bytes()),
+        mib(counters_.graph_pinned_bytes));
 }
 
 void MemoryManager::count_foreign(const char* api, uint64_t bytes) {
@@ -764,12 +782,11 @@ std::string MemoryManager::summary() const {
       "tracked_hits={} "
       "pinned={} graph_pinned={} ({}) foreign={}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
-      s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored),
-      mib(s.trimmed_bytes), mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(),
-      s.stream_waits, s.fences,
-      mib(s.peak_mapped), mib(s.peak_held),
-      s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle), s.fragmentation, policy_->name(), s.tracked_calls,
-      s.tracked_hits, s.pinned_buffers, s.graph_pinned_buffers, mib(s.graph_pinned_bytes), s.foreign_allocations);
+      s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
+      mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
+      mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
+      s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits, s.pinned_buffers, s.graph_pinned_buffers,
+      mib(s.graph_pinned_bytes), s.foreign_allocations);
 }
 
 }  // namespace vcudnn::memory

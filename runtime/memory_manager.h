@@ -50,7 +50,7 @@ struct ManagerConfig {
   uint64_t device_total = 0;              // the card's memory
   uint64_t host_budget = 0;               // pinned host memory for evicted buffers
   uint64_t host_slab_bytes = pool::HostPool::kDefaultSlabBytes;
-  uint64_t reserve_bytes = 0;             // the arena's VA range (0: 4 x device_total + host_budget)
+  uint64_t reserve_bytes = 0;  // the arena's VA range (0: 4 x device_total + host_budget)
 };
 
 // Counters for vcudnnGetMemoryStats and the exit line.
@@ -66,7 +66,7 @@ struct ManagerStats {
   uint64_t host_reserved = 0;
   uint64_t allocations = 0;
   uint64_t frees = 0;
-  uint64_t reused = 0;  // allocations that mapped nothing new
+  uint64_t reused = 0;       // allocations that mapped nothing new
   uint64_t fresh_bytes = 0;  // bytes mapped anew by allocations, ever
   uint64_t failed_allocations = 0;
   uint64_t evictions = 0;
@@ -76,9 +76,9 @@ struct ManagerStats {
   uint64_t fault_ins = 0;
   uint64_t bytes_evicted = 0;
   uint64_t bytes_restored = 0;
-  uint64_t trimmed_bytes = 0;  // idle memory unmapped to make room
-  uint64_t room_calls = 0;     // allocations and restores that had to make room
-  uint64_t room_ns = 0;        // host time spent making room
+  uint64_t trimmed_bytes = 0;   // idle memory unmapped to make room
+  uint64_t room_calls = 0;      // allocations and restores that had to make room
+  uint64_t room_ns = 0;         // host time spent making room
   uint64_t released_bytes = 0;  // idle memory given back to the device (stale at a synchronisation, or on its OOM)
   uint64_t oom_retries = 0;     // calls retried after vcudnn gave memory back to the device
   uint64_t tracked_calls = 0;
@@ -172,10 +172,10 @@ class MemoryManager {
   const std::optional<uint64_t>& budget() const { return config_.device_budget; }
   // A stream capture has begun in this process (allocations on a capturing stream then go to CUDA).
   bool graphs_seen() const { return graphs_seen_.load(std::memory_order_relaxed); }
-  // No eviction while a capture is in progress, or at all once a graph vcudnn did not see built is used.
-  bool eviction_paused() const {
-    return captures_.load(std::memory_order_relaxed) > 0 || opaque_graphs_.load(std::memory_order_relaxed);
-  }
+  // No eviction at all once a graph vcudnn did not see built is used (Note [CUDA graphs under a budget]).
+  bool eviction_paused() const { return opaque_graphs_.load(std::memory_order_relaxed); }
+  // A stream capture is in progress: buffers touched are pinned for the graph, restores are waited for.
+  bool capturing() const { return captures_.load(std::memory_order_relaxed) > 0; }
   ManagerStats stats() const;
   void reset_peak() { arena_.reset_peak(); }  // peak_mapped starts again from what is mapped now
   const HostWaitCounts& host_waits() const { return host_waits_; }
@@ -234,8 +234,8 @@ class MemoryManager {
   uint64_t live_requested_ = 0;     // requested bytes of live buffers
   uint64_t evicted_requested_ = 0;  // the part of it evicted now
   std::atomic<bool> graphs_seen_{false};
-  std::atomic<uint32_t> captures_{0};        // stream captures in progress
-  std::atomic<bool> opaque_graphs_{false};   // a graph vcudnn did not see captured was used
+  std::atomic<uint32_t> captures_{0};       // stream captures in progress
+  std::atomic<bool> opaque_graphs_{false};  // a graph vcudnn did not see captured was used
   std::atomic<OpSink*> sink_{nullptr};
   OpSink* recording_sink() const {
     OpSink* s = sink_.load(std::memory_order_acquire);

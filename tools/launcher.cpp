@@ -162,12 +162,14 @@ Status check_alloc_conf(const std::string& name, const std::string& conf, const 
           "each allocation to own it, and expandable segments map memory through the CUDA driver behind its "
           "back. Remove expandable_segments:True (vcudnn run sets backend:{} itself).",
           name, conf, policy, kAsyncBackend)};
-    if (e.key == "backend" && strip_blanks(e.value) != kAsyncBackend)
+    // backend:native, asked for explicitly, is kept: vcudnn then owns the caching allocator's
+    // segments (CUDA graph trees, torch.compile's reduce-overhead, need it).
+    if (e.key == "backend" && strip_blanks(e.value) != kAsyncBackend && strip_blanks(e.value) != "native")
       return Error{fmt::format(
-          "{}=\"{}\" selects backend:{}, but VCUDNN_POLICY={} needs backend:{}: vcudnn must see each "
-          "allocation to move a tensor to the host and back, and only cudaMallocAsync asks CUDA for each tensor "
-          "separately. Remove the backend entry (vcudnn run sets it).",
-          name, conf, strip_blanks(e.value), policy, kAsyncBackend)};
+          "{}=\"{}\" selects backend:{}, but VCUDNN_POLICY={} needs backend:{} (or backend:native): vcudnn must "
+          "see each allocation to move a tensor to the host and back. Remove the backend entry (vcudnn run sets "
+          "backend:{}).",
+          name, conf, strip_blanks(e.value), policy, kAsyncBackend, kAsyncBackend)};
   }
   return ok_status();
 }

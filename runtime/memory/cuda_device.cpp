@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "runtime/event_pool.h"
 #include "runtime/cuda_check.h"
+#include "runtime/event_pool.h"
 #include "runtime/log.h"
 #include "runtime/real_api.h"
 
@@ -47,8 +47,9 @@ Event CudaDevice::create_event() {
   OnDevice on(device_);
   RelaxedCapture relaxed;
   cudaEvent_t e = nullptr;
-  return check(real_cudart().cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags") ? e
-                                                                                                            : nullptr;
+  return check(real_cudart().cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags")
+             ? e
+             : nullptr;
 }
 
 void CudaDevice::destroy_event(Event event) {
@@ -69,7 +70,19 @@ bool CudaDevice::record(Event event, Stream stream) {
   return check(rt.cudaEventRecord(static_cast<cudaEvent_t>(event), stream), "cudaEventRecord");
 }
 
+bool CudaDevice::capturing(Stream stream) {
+  OnDevice on(device_);
+  const RealCudart& rt = real_cudart();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (rt.cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    rt.cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 bool CudaDevice::wait(Stream waiter, Event event) {
+  if (capturing(waiter)) return false;
   OnDevice on(device_);
   return check(real_cudart().cudaStreamWaitEvent(waiter, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
 }
@@ -96,16 +109,16 @@ bool CudaDevice::host_wait(Event event) {
 
 bool CudaDevice::copy_to_host(void* host, uint64_t device, uint64_t bytes) {
   OnDevice on(device_);
-  return check(real_cudart().cudaMemcpyAsync(host, reinterpret_cast<const void*>(device), bytes,
-                                             cudaMemcpyDeviceToHost, transfer_),
+  return check(real_cudart().cudaMemcpyAsync(host, reinterpret_cast<const void*>(device), bytes, cudaMemcpyDeviceToHost,
+                                             transfer_),
                "cudaMemcpyAsync (evict)");
 }
 
 bool CudaDevice::copy_to_device(uint64_t device, const void* host, uint64_t bytes) {
   OnDevice on(device_);
-  return check(real_cudart().cudaMemcpyAsync(reinterpret_cast<void*>(device), host, bytes, cudaMemcpyHostToDevice,
-                                             transfer_),
-               "cudaMemcpyAsync (restore)");
+  return check(
+      real_cudart().cudaMemcpyAsync(reinterpret_cast<void*>(device), host, bytes, cudaMemcpyHostToDevice, transfer_),
+      "cudaMemcpyAsync (restore)");
 }
 
 }  // namespace vcudnn::memory

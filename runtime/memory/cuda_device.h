@@ -17,6 +17,7 @@ class CudaDevice final : public Device {
   void destroy_event(Event event) override;
   bool record(Event event, Stream stream) override;
   bool wait(Stream waiter, Event event) override;
+  bool capturing(Stream stream) override;
   EventState query(Event event) override;
   bool host_wait(Event event) override;
   Stream transfer_stream() override { return transfer_; }

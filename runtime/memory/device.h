@@ -24,8 +24,12 @@ class Device {
   // Records `event` after everything queued on `stream` so far. false on failure, or when the
   // stream is being captured into a CUDA graph (an event there would become part of the graph).
   virtual bool record(Event event, Stream stream) = 0;
-  // `waiter` waits on the device for `event` (cudaStreamWaitEvent); never blocks the host.
+  // `waiter` waits on the device for `event` (cudaStreamWaitEvent); never blocks the host. false on
+  // failure, or when `waiter` is being captured (the wait on an event recorded outside the capture
+  // would join the graph): the caller then waits on the host.
   virtual bool wait(Stream waiter, Event event) = 0;
+  // Whether `stream` is being captured into a CUDA graph now.
+  virtual bool capturing(Stream stream) = 0;
   virtual EventState query(Event event) = 0;  // never blocks
   virtual bool host_wait(Event event) = 0;    // blocks the host until `event` completed
   // Copies queued on the transfer stream, in order.

@@ -17,7 +17,7 @@ namespace vcudnn::memory {
   X(unknown_stream, "an access by a call whose stream vcudnn cannot know waited for a restore copy")         \
   X(sync_allocation, "cudaMalloc (usable on every stream at once) reused memory freed on a stream")          \
   X(pin, "a pointer kept by a library (cublasSetWorkspace, texture objects) made an evicted buffer come back") \
-  X(graph, "a CUDA graph capture began (or a graph vcudnn did not see built was used) while buffers were evicted")
+  X(graph, "a CUDA graph capture touched an evicted buffer (or a graph vcudnn did not see built was used)")
 
 enum class HostWait {
 #define VCUDNN_HOST_WAIT_ID(name, why) k_##name,

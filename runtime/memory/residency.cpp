@@ -46,7 +46,7 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
   // The copies start after everything queued so far on every stream that used a victim.
   const Stream transfer = device_.transfer_stream();
   bool ok = true;
-  for (uint32_t id : order_.ids_in(streams)) ok = order_.order(transfer, order_.mark(id)) && ok;
+  for (uint32_t id : order_.ids_in(streams)) ok = order_.order_after_queued(transfer, id) && ok;
   for (Buffer* b : started) {
     uint64_t off = 0;
     for (const pool::HostBlock& h : b->host) {

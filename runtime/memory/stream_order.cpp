@@ -94,6 +94,7 @@ const StreamOrder::Fence* StreamOrder::ensure_fence(State& st, uint64_t seq) {
   }
   ++stats_.fences;
   st.fences.push_back({e, st.marks});
+  st.fenced = st.marks;
   return &st.fences.back();
 }
 
@@ -114,6 +115,43 @@ void StreamOrder::fence_ahead(uint32_t id) {
   State& st = state(id);
   poll(st);
   if (st.fences.empty() && st.marks > st.done) ensure_fence(st, st.marks);
+}
+
+void StreamOrder::fence_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (State& st : states_) {
+    poll(st);
+    if (st.marks > st.done) ensure_fence(st, st.marks);
+  }
+}
+
+// Note [Evicting while a stream is captured]
+// An eviction's copy must start after everything queued so far on the streams that used the buffer.
+// On a stream being captured, work queued since the capture began is recorded into the graph, not
+// run, and no event can be recorded there; the work it will run is what was queued before, which
+// the latest fence recorded on it covers (fence_all() records one as every capture begins). The
+// buffers the captured work uses are pinned and never evicted (Note [CUDA graphs under a budget]),
+// so waiting on that fence is enough. (The gap: a stream that joins a capture after work queued on
+// it since fence_all() that no fence covered. PyTorch forks its side streams from the capturing
+// stream inside the capture.)
+bool StreamOrder::order_after_queued(Stream waiter, uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id == 0 || id > states_.size()) return true;
+  State& st = state(id);
+  if (same_stream(waiter, st)) return true;
+  poll(st);
+  uint64_t seq = ++st.marks;  // a point after everything queued so far (mark())
+  if (device_.capturing(st.per_thread ? nullptr : st.handle)) {
+    seq = st.fenced;
+    if (seq <= st.done) return true;
+  }
+  const Fence* f = ensure_fence(st, seq);
+  if (!f || !device_.wait(waiter, f->event)) {
+    ++stats_.failures;
+    return false;
+  }
+  ++stats_.stream_waits;
+  return true;
 }
 
 bool StreamOrder::same_stream(Stream waiter, const State& st) const {

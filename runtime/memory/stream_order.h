@@ -18,8 +18,8 @@
 #include <deque>
 #include <mutex>
 #include <optional>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pool/free_tags.h"
@@ -47,6 +47,12 @@ class StreamOrder {
   // Keeps a fence in flight on stream `id` covering its latest mark, when none is in flight: then
   // what was marked settles soon after the device gets there, without anyone waiting for it.
   void fence_ahead(uint32_t id);
+  // A fence on every stream covering its latest mark (a stream capture is about to begin: once a
+  // stream is capturing, nothing can be recorded on it, yet what was queued before must settle).
+  void fence_all();
+  // `waiter` waits on the device for everything stream `id` will run of what was queued on it so
+  // far (Note [Evicting while a stream is captured]). false when that cannot be ordered.
+  bool order_after_queued(Stream waiter, uint32_t id);
   // `waiter` waits on the device for `tag`; nothing when it is settled or `waiter` is the tag's own
   // stream. false when no fence could be recorded (the stream is being captured, or CUDA failed).
   bool order(Stream waiter, const pool::FreeTag& tag);
@@ -64,11 +70,11 @@ class StreamOrder {
   void settle(const Snapshot& snapshot);
 
   struct Stats {
-    uint64_t streams = 0;        // ids given
-    uint64_t fences = 0;         // events recorded
-    uint64_t stream_waits = 0;   // order() calls that made a stream wait
-    uint64_t host_waits = 0;     // wait_host() calls that blocked
-    uint64_t failures = 0;       // events that could not be made, recorded or queried
+    uint64_t streams = 0;       // ids given
+    uint64_t fences = 0;        // events recorded
+    uint64_t stream_waits = 0;  // order() calls that made a stream wait
+    uint64_t host_waits = 0;    // wait_host() calls that blocked
+    uint64_t failures = 0;      // events that could not be made, recorded or queried
   };
   Stats stats() const;
 
@@ -82,7 +88,8 @@ class StreamOrder {
     bool per_thread = false;
     bool retired = false;
     uint64_t marks = 0;
-    uint64_t done = 0;  // every mark up to this is settled
+    uint64_t done = 0;    // every mark up to this is settled
+    uint64_t fenced = 0;  // the latest mark a fence was recorded for
     std::deque<Fence> fences;
   };
 
@@ -95,8 +102,8 @@ class StreamOrder {
 
   Device& device_;
   mutable std::mutex mu_;
-  std::deque<State> states_;                     // by id - 1
-  std::unordered_map<Stream, uint32_t> ids_;     // live handles
+  std::deque<State> states_;                  // by id - 1
+  std::unordered_map<Stream, uint32_t> ids_;  // live handles
   std::vector<Event> free_events_;
   std::vector<Event> all_events_;
   Stats stats_;

@@ -202,8 +202,14 @@ TEST_CASE("launcher: expandable segments or another allocator backend are refuse
   };
   refused({{kCudaConf, "max_split_size_mb:128,expandable_segments:True"}}, "expandable_segments");
   refused({{kConf, " Expandable_Segments : TRUE "}}, "PYTORCH_ALLOC_CONF");
-  refused({{kCudaConf, "backend:native"}}, "backend:native");
-  refused({{kCudaConf, kAsync}, {kConf, "backend:native"}}, "backend:native");
+  refused({{kCudaConf, "backend:other"}}, "backend:other");
+  refused({{kCudaConf, kAsync}, {kConf, "backend:other"}}, "backend:other");
+}
+
+TEST_CASE("launcher: backend:native asked for under offload is kept (vcudnn owns the caching allocator's segments)",
+          "[launcher]") {
+  const auto env = child_env({"--policy", "offload"}, {{kCudaConf, "backend:native"}});
+  CHECK(value_of(env, kCudaConf) == "backend:native");
 }
 
 TEST_CASE("launcher: a bad value is vcudnn's own error, exit 2, and nothing runs", "[launcher]") {

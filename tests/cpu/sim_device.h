@@ -125,6 +125,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   void destroy_event(memory::Event) override {}
   bool record(memory::Event e, memory::Stream s) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (capturing_.count(s)) return false;  // CudaDevice refuses: the event would become a node of the graph
     EventRec& rec = events_.at(id(e));
     ++rec.generation;
     rec.done_generation = std::min(rec.done_generation, rec.generation - 1);
@@ -134,9 +135,17 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   bool wait(memory::Stream waiter, memory::Event e) override {
     std::lock_guard<std::mutex> lock(mu_);
     const EventRec& rec = events_.at(id(e));
+    if (capturing_.count(waiter)) {  // CudaDevice refuses: the wait would join the graph
+      ++refused_waits;
+      return false;
+    }
     ++stream_waits;
     push(waiter, Op{Op::kWait, 0, 0, nullptr, id(e), rec.generation, 0});
     return true;
+  }
+  bool capturing(memory::Stream s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return capturing_.count(s) > 0;
   }
   memory::EventState query(memory::Event e) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -234,9 +243,22 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     return errors;
   }
 
+  // Stream capture as CudaDevice handles it: no event is recorded on a capturing stream, and a
+  // capturing stream never waits on one of vcudnn's events (recorded outside the capture): both
+  // calls answer false. Work queued on it still runs here (the simulation has no graphs).
+  void begin_capture(memory::Stream s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_.insert(s);
+  }
+  void end_capture(memory::Stream s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capturing_.erase(s);
+  }
+
   std::vector<std::string> errors;
   uint64_t host_waits = 0;
   uint64_t stream_waits = 0;
+  uint64_t refused_waits = 0;  // by a capturing stream
 
   static std::vector<uint8_t> pattern(uint64_t bytes, uint32_t seed) {
     std::vector<uint8_t> v(bytes);
@@ -368,6 +390,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   uintptr_t next_event_ = 1;
   std::map<uintptr_t, EventRec> events_;
   std::map<memory::Stream, std::deque<Op>> queues_;
+  std::set<memory::Stream> capturing_;
 };
 
 }  // namespace vcudnn::test
