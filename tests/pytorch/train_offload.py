@@ -64,8 +64,9 @@ def main():
         import torch._inductor.config as inductor_config
         if hasattr(inductor_config, "deterministic"):  # no kernel choice by timing (PyTorch >= 2.7)
             inductor_config.deterministic = True
-        if os.environ.get("VCUDNN_TEST_FALLBACK_RANDOM") == "1":
-            inductor_config.fallback_random = True
+        # Dropout through PyTorch's own generator: with Inductor's random kernels the transformer's
+        # losses differ run to run under PyTorch alone (measured on the H100, PyTorch 2.11).
+        inductor_config.fallback_random = True
     if args.benchmark:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
