@@ -16,8 +16,13 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/lifetimes.h"
+#include "planner/offload_plan.h"
+#include "planner/output_file.h"
 #include "planner/trace.h"
+#include "pool/budget.h"
 #include "runtime/options.h"
 #include "runtime/real_api.h"
 #include "tools/launcher.h"
@@ -187,6 +192,90 @@ int run_trace(const std::string& path, bool require_complete) {
   return (require_complete && !t.complete) ? 3 : 0;
 }
 
+// `vcudnn plan FILE --budget B`: every policy's plan for the trace's iteration under the budget
+// (bytes, or a percentage of the iteration's peak without a plan), side by side. Exit 0 when
+// vcudnn's plan fits, 1 for an unreadable trace, 2 for a bad setting, 3 when the budget is below
+// the least any plan needs (the message names it).
+int run_plan(const std::string& path, const std::string& budget_text, const std::string& policy_text,
+             const std::string& json_path) {
+  auto r = read_trace(path);
+  if (!r) {
+    fmt::print(stderr, "error: {}\n", r.error().message);
+    return 1;
+  }
+  const Trace& t = r.value();
+  if (t.buffers.empty()) {
+    fmt::print(stderr, "error: {} has no buffers (recorded without memory ownership: VCUDNN_POLICY=offload)\n", path);
+    return 1;
+  }
+  std::vector<OffloadPolicy> policies(std::begin(kOffloadPolicies), std::end(kOffloadPolicies));
+  if (policy_text != "all") {
+    const auto p = offload_policy_from_name(policy_text);
+    if (!p) {
+      fmt::print(stderr, "error: --policy {}: expected all, vcudnn, vdnn-all or vdnn-conv\n", policy_text);
+      return 2;
+    }
+    policies = {*p};
+  }
+  const Lifetimes l = lifetimes(t);
+  const SpanModel m = span_model(t, l);
+  const std::vector<uint64_t> none = simulate(m, {});
+  const uint64_t peak = none.empty() ? 0 : *std::max_element(none.begin(), none.end());
+  const auto budget = pool::parse_budget(budget_text, peak);
+  if (!budget) {
+    fmt::print(stderr, "error: --budget {}: expected bytes (K/M/G/T) or a percentage of the peak ({})\n", budget_text,
+               mib_text(peak));
+    return 2;
+  }
+  const OffloadBound bound = offload_bound(m);
+  fmt::print("plan {}: calls {}..{} ({}), device bytes at the peak without a plan {} (granules of 2 MiB)\n", path,
+             l.first_seq, l.end_seq, m.seqs.size(), mib_text(peak));
+  fmt::print("least budget any plan needs: {} at call {}; budget {} ({:.1f}% of the peak)\n",
+             mib_text(bound.least_bytes), bound.seq, mib_text(*budget),
+             peak ? 100.0 * static_cast<double>(*budget) / static_cast<double>(peak) : 0.0);
+  fmt::print("| policy | fits | moves | moved out | peak | peak / budget |\n|---|---|---:|---:|---:|---:|\n");
+  int rc = 0;
+  nlohmann::json out = {{"schema", "vcudnn.plan/1"},
+                        {"trace", path},
+                        {"budget", *budget},
+                        {"peak_without", peak},
+                        {"least_budget", bound.least_bytes},
+                        {"plans", nlohmann::json::array()}};
+  for (OffloadPolicy policy : policies) {
+    auto plan = plan_offload(t, l, *budget, policy);
+    if (!plan) {
+      fmt::print("| {} | refused | | | | |\n", offload_policy_name(policy));
+      fmt::print(stderr, "{}: {}\n", offload_policy_name(policy), plan.error().message);
+      if (*budget < bound.least_bytes) rc = 3;
+      continue;
+    }
+    const OffloadPlan& p = plan.value();
+    fmt::print("| {} | {} | {} | {} | {} | {:.3f} |\n", offload_policy_name(policy), p.fits ? "yes" : "NO",
+               p.moves.size(), mib_text(p.bytes_moved), mib_text(p.peak_bytes),
+               static_cast<double>(p.peak_bytes) / static_cast<double>(*budget));
+    nlohmann::json moves = nlohmann::json::array();
+    for (const OffloadMove& mv : p.moves)
+      moves.push_back({{"buffer", t.buffers[l.buffers[mv.life].buffer].id},
+                       {"bytes", mv.bytes},
+                       {"out_after", m.seqs[mv.out_after]},
+                       {"prefetch_at", m.seqs[mv.prefetch_at]},
+                       {"next_use", m.seqs[mv.next_use]}});
+    out["plans"].push_back({{"policy", offload_policy_name(policy)},
+                            {"fits", p.fits},
+                            {"bytes_moved", p.bytes_moved},
+                            {"peak", p.peak_bytes},
+                            {"moves", std::move(moves)}});
+    if (policy == OffloadPolicy::kVcudnn && !p.fits && rc == 0) rc = 3;
+  }
+  if (!json_path.empty()) {
+    if (Status s = write_output_file(json_path, out.dump(1) + "\n"); !s) {
+      fmt::print(stderr, "error: {}\n", s.error().message);
+      return 1;
+    }
+  }
+  return rc;
+}
+
 }  // namespace
 }  // namespace vcudnn
 
@@ -256,6 +345,12 @@ int main(int argc, char** argv) {
   trace->add_flag("--require-complete", require_complete, "exit 3 when the trace holds no complete iteration");
   trace->add_option("--plot", plot_path, "also draw memory over the iteration into this PNG (python3 with matplotlib)");
   trace->add_option("--budget", plot_budget, "with --plot: draw a device budget (bytes)");
+  std::string plan_path, plan_budget, plan_policy = "all", plan_json;
+  auto* plan = app.add_subcommand("plan", "offload plans for a trace's iteration under a device budget, by policy");
+  plan->add_option("file", plan_path, "trace file (recorded with VCUDNN_POLICY=offload)")->required();
+  plan->add_option("--budget", plan_budget, "device budget: bytes (K/M/G/T) or a percentage of the peak")->required();
+  plan->add_option("--policy", plan_policy, "all (default), vcudnn, vdnn-all or vdnn-conv");
+  plan->add_option("--json", plan_json, "write the plans (moves by buffer and call) to this file");
   vcudnn::launcher::Request request;
   auto* run = add_run_command(app, request);
   request.command = split_command(argc, argv);
@@ -271,6 +366,7 @@ int main(int argc, char** argv) {
     }
     return vcudnn::launcher::run(request);
   }
+  if (plan->parsed()) return vcudnn::run_plan(plan_path, plan_budget, plan_policy, plan_json);
   if (trace->parsed()) {
     const int rc = vcudnn::run_trace(trace_path, require_complete);
     if (rc == 1 || plot_path.empty()) return rc;

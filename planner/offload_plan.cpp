@@ -1,0 +1,283 @@
+// Offload planning (offload_plan.h).
+#include "planner/offload_plan.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace vcudnn {
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t g) { return g ? (v + g - 1) / g * g : v; }
+
+std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+// A gap between two consecutive uses of a movable buffer long enough to leave the device.
+struct Gap {
+  size_t life = 0;
+  size_t use = 0, next = 0;  // positions of the two uses
+  uint64_t bytes = 0;
+  size_t first() const { return use + 2; }
+  size_t last() const { return next - 2; }
+};
+
+// Positions u < v are far enough apart for the buffer to be off the device for at least one call.
+constexpr size_t kMinGap = 4;
+
+std::vector<Gap> gaps_of(const SpanModel& m) {
+  std::vector<Gap> out;
+  for (size_t i = 0; i < m.lives.size(); ++i) {
+    const SpanModel::Life& l = m.lives[i];
+    if (!l.movable) continue;
+    for (size_t k = 0; k + 1 < l.uses.size(); ++k)
+      if (l.uses[k + 1] - l.uses[k] >= kMinGap) out.push_back({i, l.uses[k], l.uses[k + 1], l.bytes});
+  }
+  return out;
+}
+
+OffloadMove move_of(const Gap& g, size_t prefetch_at) { return {g.life, g.bytes, g.use, prefetch_at, g.next}; }
+
+void finish(const SpanModel& m, OffloadPlan& plan) {
+  std::sort(plan.moves.begin(), plan.moves.end(), [](const OffloadMove& a, const OffloadMove& b) {
+    return std::pair(a.out_after, a.life) < std::pair(b.out_after, b.life);
+  });
+  plan.bytes_moved = 0;
+  for (const OffloadMove& mv : plan.moves) plan.bytes_moved += mv.bytes;
+  const std::vector<uint64_t> with = simulate(m, plan.moves);
+  const std::vector<uint64_t> without = simulate(m, {});
+  plan.peak_bytes = 0;
+  plan.peak_at = 0;
+  for (size_t p = 0; p < with.size(); ++p) {
+    if (with[p] > plan.peak_bytes) {
+      plan.peak_bytes = with[p];
+      plan.peak_at = p;
+    }
+  }
+  plan.peak_without = without.empty() ? 0 : *std::max_element(without.begin(), without.end());
+  plan.fits = plan.peak_bytes <= plan.budget;
+}
+
+// Greedy cover of the calls over the budget, worst first: at the worst call, the smallest move that
+// removes its whole excess, else the one that removes the most excess over its range; then every
+// move the later ones made unneeded goes again (last chosen, first tried).
+Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget) {
+  OffloadPlan plan;
+  plan.policy = OffloadPolicy::kVcudnn;
+  plan.budget = budget;
+  std::vector<uint64_t> present = simulate(m, {});
+  const std::vector<Gap> gaps = gaps_of(m);
+  std::vector<bool> taken(gaps.size(), false);
+  std::vector<size_t> chosen;
+  const auto excess = [&](size_t p) { return present[p] > budget ? present[p] - budget : 0; };
+  while (true) {
+    size_t worst = 0;
+    for (size_t p = 1; p < present.size(); ++p)
+      if (present[p] > present[worst]) worst = p;
+    if (present.empty() || present[worst] <= budget) break;
+    const uint64_t need = excess(worst);
+    std::optional<size_t> best;
+    uint64_t best_benefit = 0;
+    bool best_covers = false;
+    for (size_t i = 0; i < gaps.size(); ++i) {
+      const Gap& g = gaps[i];
+      if (taken[i] || g.first() > worst || g.last() < worst) continue;
+      uint64_t benefit = 0;
+      for (size_t p = g.first(); p <= g.last(); ++p) benefit += std::min(g.bytes, excess(p));
+      const bool covers = g.bytes >= need;
+      bool better = false;
+      if (!best) {
+        better = true;
+      } else if (covers != best_covers) {
+        better = covers;
+      } else if (covers) {  // both remove the whole excess here: the fewer bytes, then the more help elsewhere
+        better = g.bytes < gaps[*best].bytes || (g.bytes == gaps[*best].bytes && benefit > best_benefit);
+      } else {
+        better = benefit > best_benefit || (benefit == best_benefit && g.bytes < gaps[*best].bytes);
+      }
+      if (better) {
+        best = i;
+        best_benefit = benefit;
+        best_covers = covers;
+      }
+    }
+    if (!best)
+      return Error{fmt::format("no buffer can leave the device at call {} ({} over the budget of {})", m.seqs[worst],
+                               mib(need), mib(budget))};
+    taken[*best] = true;
+    chosen.push_back(*best);
+    const Gap& g = gaps[*best];
+    for (size_t p = g.first(); p <= g.last(); ++p) present[p] -= g.bytes;
+  }
+  for (size_t k = chosen.size(); k-- > 0;) {
+    const Gap& g = gaps[chosen[k]];
+    bool needed = false;
+    for (size_t p = g.first(); p <= g.last() && !needed; ++p) needed = present[p] + g.bytes > budget;
+    if (needed) continue;
+    for (size_t p = g.first(); p <= g.last(); ++p) present[p] += g.bytes;
+    taken[chosen[k]] = false;
+  }
+  for (size_t i = 0; i < gaps.size(); ++i)
+    if (taken[i]) plan.moves.push_back(move_of(gaps[i], gaps[i].next - 1));
+  finish(m, plan);
+  return plan;
+}
+
+Result<OffloadPlan> plan_vdnn(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& m, uint64_t budget,
+                              OffloadPolicy policy) {
+  if (!lifetimes.turn_seq)
+    return Error{fmt::format("{} needs a forward pass of convolutions followed by a backward one; this trace has none",
+                             offload_policy_name(policy))};
+  const auto pos_of = [&](uint64_t seq) {
+    return static_cast<size_t>(std::lower_bound(m.seqs.begin(), m.seqs.end(), seq) - m.seqs.begin());
+  };
+  const size_t turn = pos_of(*lifetimes.turn_seq);
+  // Backward convolutions (a layer's backward pass starts with one), and the buffers forward
+  // convolutions read (vdnn-conv: the convolution layers' input feature maps).
+  std::vector<size_t> backward_convs;
+  std::set<uint32_t> conv_inputs;
+  for (const TraceCall& c : trace.calls) {
+    if (c.seq < lifetimes.first_seq || c.seq >= lifetimes.end_seq || c.kind != CallKind::kConvolution) continue;
+    const size_t p = pos_of(c.seq);
+    if (c.conv != ConvKind::kForward && p >= turn) backward_convs.push_back(p);
+    if (c.conv == ConvKind::kForward && p < turn)
+      for (const BufferAccess& a : c.accesses)
+        if (a.mode != AccessMode::kWrite) conv_inputs.insert(a.buffer);
+  }
+  OffloadPlan plan;
+  plan.policy = policy;
+  plan.budget = budget;
+  for (size_t i = 0; i < m.lives.size(); ++i) {
+    const SpanModel::Life& l = m.lives[i];
+    const BufferLife& bl = lifetimes.buffers[i];
+    // Feature maps: what the iteration allocates (parameters and optimizer state stay).
+    if (!l.movable || !bl.alloc_seq) continue;
+    if (policy == OffloadPolicy::kVdnnConv && !conv_inputs.count(bl.buffer)) continue;
+    const auto next = std::lower_bound(l.uses.begin(), l.uses.end(), turn);
+    if (next == l.uses.begin() || next == l.uses.end()) continue;  // not used on both sides of the turn
+    const size_t use = *(next - 1), v = *next;
+    // The prefetch starts with the backward layer computed before the one that needs it.
+    const auto before = std::lower_bound(backward_convs.begin(), backward_convs.end(), v);
+    if (before == backward_convs.begin()) continue;
+    const size_t prefetch_at = *(before - 1);
+    if (prefetch_at < use + 3) continue;  // back before it could have left
+    plan.moves.push_back({i, l.bytes, use, prefetch_at, v});
+  }
+  finish(m, plan);
+  return plan;
+}
+
+}  // namespace
+
+std::string_view offload_policy_name(OffloadPolicy policy) {
+  switch (policy) {
+    case OffloadPolicy::kVcudnn:
+      return "vcudnn";
+    case OffloadPolicy::kVdnnAll:
+      return "vdnn-all";
+    case OffloadPolicy::kVdnnConv:
+      return "vdnn-conv";
+  }
+  return "?";
+}
+
+std::optional<OffloadPolicy> offload_policy_from_name(std::string_view name) {
+  for (OffloadPolicy p : kOffloadPolicies)
+    if (offload_policy_name(p) == name) return p;
+  return std::nullopt;
+}
+
+SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const OffloadOptions& options) {
+  SpanModel m;
+  for (const TraceCall& c : trace.calls)
+    if (c.seq >= lifetimes.first_seq && c.seq < lifetimes.end_seq) m.seqs.push_back(c.seq);
+  const auto pos_of = [&](uint64_t seq) {
+    return static_cast<size_t>(std::lower_bound(m.seqs.begin(), m.seqs.end(), seq) - m.seqs.begin());
+  };
+  const size_t n = m.seqs.size();
+  for (const BufferLife& bl : lifetimes.buffers) {
+    SpanModel::Life l;
+    l.first = bl.alloc_seq ? pos_of(*bl.alloc_seq) : 0;
+    l.last = bl.free_seq ? pos_of(*bl.free_seq) : (n ? n - 1 : 0);
+    for (uint64_t s : bl.uses) l.uses.push_back(pos_of(s));
+    const bool library = trace.buffers[bl.buffer].library;
+    l.movable = !library && bl.bytes >= options.granule;
+    l.bytes = l.movable ? round_up(bl.bytes, options.granule) : bl.bytes;
+    m.lives.push_back(std::move(l));
+  }
+  return m;
+}
+
+std::vector<uint64_t> simulate(const SpanModel& m, const std::vector<OffloadMove>& moves) {
+  const size_t n = m.seqs.size();
+  std::vector<int64_t> diff(n + 1, 0);
+  const auto add = [&](size_t first, size_t last, int64_t bytes) {
+    if (first > last || first >= n) return;
+    diff[first] += bytes;
+    diff[std::min(last, n - 1) + 1] -= bytes;
+  };
+  for (const SpanModel::Life& l : m.lives) add(l.first, l.last, static_cast<int64_t>(l.bytes));
+  for (const OffloadMove& mv : moves) add(mv.first_absent(), mv.last_absent(), -static_cast<int64_t>(mv.bytes));
+  std::vector<uint64_t> out(n);
+  int64_t run = 0;
+  for (size_t p = 0; p < n; ++p) {
+    run += diff[p];
+    out[p] = static_cast<uint64_t>(std::max<int64_t>(run, 0));
+  }
+  return out;
+}
+
+OffloadBound offload_bound(const SpanModel& m) {
+  std::vector<OffloadMove> every;  // every gap taken: what stays is what no move can take
+  for (const Gap& g : gaps_of(m)) every.push_back(move_of(g, g.next - 1));
+  const std::vector<uint64_t> fixed = simulate(m, every);
+  OffloadBound b;
+  for (size_t p = 0; p < fixed.size(); ++p) {
+    if (fixed[p] > b.least_bytes) {
+      b.least_bytes = fixed[p];
+      b.at = p;
+    }
+  }
+  b.seq = m.seqs.empty() ? 0 : m.seqs[b.at];
+  return b;
+}
+
+Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget, OffloadPolicy policy,
+                                 const OffloadOptions& options) {
+  const SpanModel m = span_model(trace, lifetimes, options);
+  const OffloadBound bound = offload_bound(m);
+  if (budget < bound.least_bytes)
+    return Error{fmt::format(
+        "a device budget of {} is below the least any offload plan of this iteration needs: {} ({} bytes), at call "
+        "{} (what that call and its neighbours use, buffers below one granule of {} and library buffers stay)",
+        mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule))};
+  if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget);
+  return plan_vdnn(trace, lifetimes, m, budget, policy);
+}
+
+std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {
+  std::set<std::pair<size_t, size_t>> seen;
+  for (const OffloadMove& mv : plan.moves) {
+    if (mv.life >= m.lives.size()) return fmt::format("a move names buffer {} of {}", mv.life, m.lives.size());
+    const SpanModel::Life& l = m.lives[mv.life];
+    if (!l.movable) return fmt::format("buffer {} cannot move (library, or below one granule)", mv.life);
+    if (mv.bytes != l.bytes) return fmt::format("buffer {} moves {} bytes, not its {}", mv.life, mv.bytes, l.bytes);
+    const auto at = std::find(l.uses.begin(), l.uses.end(), mv.out_after);
+    if (at == l.uses.end() || at + 1 == l.uses.end() || *(at + 1) != mv.next_use)
+      return fmt::format("buffer {}: calls {} and {} are not two consecutive uses", mv.life, mv.out_after, mv.next_use);
+    if (mv.first_absent() > mv.last_absent() || mv.prefetch_at > mv.next_use)
+      return fmt::format("buffer {}: out after {}, prefetched at {}, used at {}: never off the device, or late",
+                         mv.life, mv.out_after, mv.prefetch_at, mv.next_use);
+    if (!seen.insert({mv.life, mv.out_after}).second)
+      return fmt::format("buffer {} leaves twice after call {}", mv.life, mv.out_after);
+  }
+  const std::vector<uint64_t> sim = simulate(m, plan.moves);
+  const uint64_t peak = sim.empty() ? 0 : *std::max_element(sim.begin(), sim.end());
+  if (peak != plan.peak_bytes)
+    return fmt::format("the plan says a peak of {}, the simulation {}", plan.peak_bytes, peak);
+  if (plan.fits != (peak <= plan.budget)) return "fits disagrees with the peak";
+  return {};
+}
+
+}  // namespace vcudnn

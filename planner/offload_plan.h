@@ -1,0 +1,104 @@
+// Offload planning from a recorded iteration (trace schema 2): which buffers leave the device
+// between two of their uses, when they go, when they come back, and what that leaves on the device
+// at every call, against a budget. CUDA-free; the runtime's replay of a plan is later work.
+//
+// The model is the call sequence, not time (the trace has no GPU time for every operation yet):
+// a buffer moved over the gap between two consecutive uses u and v is on the device until the
+// call after u has run (its copy out is queued after u and overlaps that call), off the device
+// from then until its prefetch, issued `prefetch_at` (at the latest the call before v, so that the
+// copy back overlaps one call), and on the device again from there. Device bytes round a buffer of
+// a granule or more up to whole granules, as vcudnn's arena maps them; smaller buffers share
+// granules and are never moved, nor are NVIDIA libraries' own buffers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "planner/lifetimes.h"
+#include "planner/result.h"
+#include "planner/trace.h"
+
+namespace vcudnn {
+
+// vcudnn: the moves with the fewest bytes that bring every call under the budget (greedy cover,
+// then moves that turned out unneeded dropped). vdnn-all / vdnn-conv: vDNN's static policies, as
+// published: every feature map a forward layer reads (all layers / convolutions only) leaves after
+// its last forward use and is prefetched when the backward layer before its next use starts,
+// whatever the budget.
+enum class OffloadPolicy { kVcudnn, kVdnnAll, kVdnnConv };
+inline constexpr OffloadPolicy kOffloadPolicies[] = {OffloadPolicy::kVcudnn, OffloadPolicy::kVdnnAll,
+                                                     OffloadPolicy::kVdnnConv};
+std::string_view offload_policy_name(OffloadPolicy policy);
+std::optional<OffloadPolicy> offload_policy_from_name(std::string_view name);
+
+struct OffloadOptions {
+  uint64_t granule = 2ull << 20;  // the arena's mapping granularity; smaller buffers never move
+};
+
+// One buffer's trip off the device, in positions (indexes of the span's calls, 0-based).
+struct OffloadMove {
+  size_t life = 0;         // index into Lifetimes::buffers
+  uint64_t bytes = 0;      // device bytes freed (granule-rounded)
+  size_t out_after = 0;    // the use the copy out follows
+  size_t prefetch_at = 0;  // the copy back is issued before this call runs
+  size_t next_use = 0;     // the use it is back for
+  // Off the device while calls first_absent..last_absent run (first_absent = out_after + 2).
+  size_t first_absent() const { return out_after + 2; }
+  size_t last_absent() const { return prefetch_at - 1; }
+};
+
+struct OffloadPlan {
+  OffloadPolicy policy = OffloadPolicy::kVcudnn;
+  uint64_t budget = 0;
+  std::vector<OffloadMove> moves;  // by out_after
+  uint64_t bytes_moved = 0;        // each crosses the link twice (out and back)
+  uint64_t peak_bytes = 0;         // device bytes at the worst call with the plan
+  size_t peak_at = 0;
+  uint64_t peak_without = 0;  // the same without any move
+  bool fits = false;          // peak_bytes <= budget
+};
+
+// What the span needs at least, in this model: at each call, what no move can take off the device
+// then (buffers below a granule, library buffers, buffers used by this call or the one before or
+// after, buffers without a gap of four calls around it); the largest over the span, and where.
+struct OffloadBound {
+  uint64_t least_bytes = 0;
+  size_t at = 0;
+  uint64_t seq = 0;
+};
+
+// The span's calls in order (positions) and each buffer's life in positions: what the planner and
+// the simulator share.
+struct SpanModel {
+  std::vector<uint64_t> seqs;  // position -> seq
+  struct Life {
+    size_t first = 0, last = 0;  // on the device for calls first..last (alloc .. free, or the span)
+    std::vector<size_t> uses;    // positions
+    uint64_t bytes = 0;          // device bytes
+    bool movable = false;
+  };
+  std::vector<Life> lives;  // parallel to Lifetimes::buffers
+};
+SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const OffloadOptions& options = {});
+
+OffloadBound offload_bound(const SpanModel& model);
+
+// Device bytes at every position with these moves.
+std::vector<uint64_t> simulate(const SpanModel& model, const std::vector<OffloadMove>& moves);
+
+// A plan for `budget` under `policy`. Errors: a budget below offload_bound (naming it and the call),
+// a vDNN policy on a trace without a forward-to-backward turn. A vDNN plan that does not bring the
+// peak under the budget is returned with fits = false (those policies do not look at the budget).
+Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget, OffloadPolicy policy,
+                                 const OffloadOptions& options = {});
+
+// The invariants every plan keeps: each move is over a gap between two consecutive uses of its
+// buffer (nothing leaves while a use of it is queued, and it is back before its next use), its
+// buffer is movable, its absent range is not empty, no buffer makes two trips over one gap, and
+// the simulated peak is what the plan says. Empty when they hold, else what breaks first.
+std::string check_plan(const SpanModel& model, const OffloadPlan& plan);
+
+}  // namespace vcudnn

@@ -1,0 +1,330 @@
+// Offload planning (planner/offload_plan.h) on hand-made iterations whose answers are known, and
+// its invariants on random ones: a convolutional network's forward pass keeps its feature maps
+// for the backward pass, which frees them in reverse.
+#include "planner/offload_plan.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/test_util.h"
+
+using namespace vcudnn;
+
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+struct Builder {
+  Trace t;
+  uint64_t seq = 10;
+  Builder() {
+    t.threads = {1};
+    t.handles = {0};
+    t.streams = {0};
+    t.layers = {ConvLayer{}};
+  }
+  uint32_t buffer(uint64_t bytes, bool library = false) {
+    t.buffers.push_back({t.buffers.size() + 1, 0x7000000 + t.buffers.size() * 0x1000000, bytes, library});
+    return static_cast<uint32_t>(t.buffers.size() - 1);
+  }
+  uint64_t add(CallKind kind, int32_t buffer = -1, std::vector<BufferAccess> accesses = {},
+               ConvKind conv = ConvKind::kForward) {
+    TraceCall c;
+    c.seq = seq++;
+    c.kind = kind;
+    c.buffer = buffer;
+    c.conv = conv;
+    if (kind == CallKind::kConvolution) c.layer = 0;
+    c.accesses = std::move(accesses);
+    t.calls.push_back(c);
+    return c.seq;
+  }
+  void done(uint64_t first) {
+    t.complete = true;
+    t.first_seq = first;
+    t.end_seq = seq;
+  }
+};
+
+using M = AccessMode;
+
+// A chain of layers, each a convolution and an activation: forward, conv i reads map i (and the
+// weight) and writes pre i; a launch reads pre i and writes map i+1. The backward pass reads them
+// in reverse (the activation's backward reads pre i and map i+1) and frees each after its last use.
+// Forward convolutions read the maps, never the pre-activations: vdnn-conv leaves those.
+struct Chain {
+  Builder b;
+  uint32_t weight = 0;
+  std::vector<uint32_t> maps, pre;
+};
+
+Chain chain(const std::vector<uint64_t>& map_bytes) {
+  Chain c;
+  Builder& b = c.b;
+  c.weight = b.buffer(1 * kMiB);
+  for (uint64_t bytes : map_bytes) c.maps.push_back(b.buffer(bytes));
+  for (size_t i = 0; i + 1 < map_bytes.size(); ++i) c.pre.push_back(b.buffer(map_bytes[i + 1]));
+  const uint64_t first = b.add(CallKind::kAlloc, static_cast<int32_t>(c.maps[0]));
+  b.add(CallKind::kLaunch, -1, {{c.maps[0], M::kWrite}});  // the input
+  for (size_t i = 0; i + 1 < c.maps.size(); ++i) {
+    b.add(CallKind::kAlloc, static_cast<int32_t>(c.pre[i]));
+    b.add(CallKind::kConvolution, -1, {{c.maps[i], M::kRead}, {c.weight, M::kRead}, {c.pre[i], M::kWrite}});
+    b.add(CallKind::kAlloc, static_cast<int32_t>(c.maps[i + 1]));
+    b.add(CallKind::kLaunch, -1, {{c.pre[i], M::kRead}, {c.maps[i + 1], M::kWrite}});
+  }
+  for (size_t i = c.maps.size() - 1; i-- > 0;) {
+    b.add(CallKind::kLaunch, -1, {{c.pre[i], M::kRead}, {c.maps[i + 1], M::kRead}});
+    b.add(CallKind::kConvolution, -1, {{c.weight, M::kRead}}, ConvKind::kBackwardData);
+    b.add(CallKind::kConvolution, -1, {{c.maps[i], M::kRead}}, ConvKind::kBackwardFilter);
+    b.add(CallKind::kFree, static_cast<int32_t>(c.maps[i + 1]));
+    b.add(CallKind::kFree, static_cast<int32_t>(c.pre[i]));
+  }
+  b.add(CallKind::kFree, static_cast<int32_t>(c.maps[0]));
+  b.done(first);
+  return c;
+}
+
+OffloadPlan plan_ok(const Trace& t, uint64_t budget, OffloadPolicy p) {
+  const Lifetimes l = lifetimes(t);
+  auto r = plan_offload(t, l, budget, p);
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r.ok());
+  const SpanModel m = span_model(t, l);
+  INFO(offload_policy_name(p) << " at " << budget);
+  CHECK(check_plan(m, r.value()) == "");
+  return r.value();
+}
+
+}  // namespace
+
+TEST_CASE("offload plan: names of the policies", "[offload_plan]") {
+  for (OffloadPolicy p : kOffloadPolicies) CHECK(offload_policy_from_name(offload_policy_name(p)) == p);
+  CHECK_FALSE(offload_policy_from_name("lru"));
+}
+
+TEST_CASE("offload plan: vcudnn moves the fewest bytes that bring every call under the budget", "[offload_plan]") {
+  // Maps of 8, 16, 24, 32, 40 MiB: the peak is at the turn (all alive + the weight).
+  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  REQUIRE(parse_trace(nlohmann::json(c.b.t).dump()).ok());
+  const Lifetimes l = lifetimes(c.b.t);
+  const SpanModel m = span_model(c.b.t, l);
+  const std::vector<uint64_t> none = simulate(m, {});
+  const uint64_t peak = *std::max_element(none.begin(), none.end());
+  CHECK(peak == 1 * kMiB + 8 * kMiB + 2 * (16 + 24 + 32 + 40) * kMiB);
+
+  SECTION("a budget at the peak: nothing moves") {
+    const OffloadPlan p = plan_ok(c.b.t, peak, OffloadPolicy::kVcudnn);
+    CHECK(p.moves.empty());
+    CHECK(p.fits);
+    CHECK(p.peak_without == peak);
+  }
+  SECTION("8 MiB under the peak: one buffer of 8 MiB moves, the smallest that covers the excess") {
+    const OffloadPlan p = plan_ok(c.b.t, peak - 8 * kMiB, OffloadPolicy::kVcudnn);
+    REQUIRE(p.moves.size() == 1);
+    CHECK(p.moves[0].bytes == 8 * kMiB);
+    CHECK(p.fits);
+    CHECK(p.peak_bytes <= peak - 8 * kMiB);
+  }
+  SECTION("a deep budget: it fits, and moves no more than vDNN's all-layers policy") {
+    const OffloadBound bound = offload_bound(m);
+    CHECK(bound.least_bytes < peak);
+    const OffloadPlan mine = plan_ok(c.b.t, bound.least_bytes, OffloadPolicy::kVcudnn);
+    CHECK(mine.fits);
+    const OffloadPlan all = plan_ok(c.b.t, bound.least_bytes, OffloadPolicy::kVdnnAll);
+    CHECK(mine.bytes_moved <= all.bytes_moved);
+    const OffloadPlan mid = plan_ok(c.b.t, (peak + bound.least_bytes) / 2, OffloadPolicy::kVcudnn);
+    CHECK(mid.fits);
+    CHECK(mid.bytes_moved < all.bytes_moved);
+  }
+  SECTION("below the least any plan needs: refused, naming that least") {
+    const OffloadBound bound = offload_bound(m);
+    const auto r = plan_offload(c.b.t, l, bound.least_bytes - 1, OffloadPolicy::kVcudnn);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find(std::to_string(bound.least_bytes) + " bytes") != std::string::npos);
+    CHECK(bound.least_bytes >= l.least_bytes);  // the model's bound is never below the trace's own
+  }
+}
+
+TEST_CASE("offload plan: vDNN's policies follow the paper's rules", "[offload_plan]") {
+  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  const Lifetimes l = lifetimes(c.b.t);
+  const SpanModel m = span_model(c.b.t, l);
+  const OffloadPlan all = plan_ok(c.b.t, 1ull << 40, OffloadPolicy::kVdnnAll);
+  const OffloadPlan conv = plan_ok(c.b.t, 1ull << 40, OffloadPolicy::kVdnnConv);
+  // vdnn-all: every feature map used on both sides of the turn whose backward layers leave room
+  // for a trip; the weight (not allocated by the iteration) stays.
+  std::vector<size_t> moved_all, moved_conv;
+  for (const OffloadMove& mv : all.moves) moved_all.push_back(mv.life);
+  for (const OffloadMove& mv : conv.moves) moved_conv.push_back(mv.life);
+  for (const OffloadMove& mv : all.moves) {
+    CHECK(l.buffers[mv.life].buffer != c.weight);
+    CHECK(mv.out_after < mv.next_use);
+    // Each leaves after its last forward use and is back for its first backward one, prefetched
+    // when the backward layer before it starts (a backward convolution).
+    const uint64_t seq = m.seqs[mv.prefetch_at];
+    const auto call =
+        std::find_if(c.b.t.calls.begin(), c.b.t.calls.end(), [&](const TraceCall& t) { return t.seq == seq; });
+    REQUIRE(call != c.b.t.calls.end());
+    CHECK(call->kind == CallKind::kConvolution);
+    CHECK(call->conv != ConvKind::kForward);
+  }
+  CHECK(moved_all.size() >= 3);
+  // vdnn-conv: a subset, only what forward convolutions read (no pre-activation).
+  CHECK(moved_conv.size() < moved_all.size());
+  CHECK_FALSE(moved_conv.empty());
+  for (size_t life : moved_conv) {
+    CHECK(std::find(moved_all.begin(), moved_all.end(), life) != moved_all.end());
+    CHECK(std::find(c.pre.begin(), c.pre.end(), l.buffers[life].buffer) == c.pre.end());
+  }
+  // They ignore the budget: a tight one is reported as not met, not refused.
+  const OffloadBound bound = offload_bound(m);
+  const OffloadPlan tight = plan_ok(c.b.t, bound.least_bytes, OffloadPolicy::kVdnnConv);
+  CHECK(tight.peak_bytes == conv.peak_bytes);
+  CHECK(tight.fits == (conv.peak_bytes <= bound.least_bytes));
+
+  SECTION("a trace without a forward-to-backward turn: vDNN does not apply, vcudnn still plans") {
+    Builder b;
+    const uint32_t x = b.buffer(8 * kMiB), y = b.buffer(8 * kMiB), z = b.buffer(8 * kMiB);
+    const uint64_t first = b.add(CallKind::kAlloc, static_cast<int32_t>(x));
+    b.add(CallKind::kLaunch, -1, {{x, M::kWrite}});
+    b.add(CallKind::kAlloc, static_cast<int32_t>(y));
+    b.add(CallKind::kLaunch, -1, {{y, M::kWrite}});
+    b.add(CallKind::kAlloc, static_cast<int32_t>(z));
+    for (int i = 0; i < 6; ++i) b.add(CallKind::kLaunch, -1, {{y, M::kReadWrite}, {z, M::kRead}});
+    b.add(CallKind::kFree, static_cast<int32_t>(z));
+    b.add(CallKind::kLaunch, -1, {{y, M::kReadWrite}});  // x comes back meanwhile
+    b.add(CallKind::kLaunch, -1, {{x, M::kRead}, {y, M::kRead}});
+    b.add(CallKind::kFree, static_cast<int32_t>(x));
+    b.add(CallKind::kFree, static_cast<int32_t>(y));
+    b.done(first);
+    const Lifetimes lt = lifetimes(b.t);
+    const auto r = plan_offload(b.t, lt, 16 * kMiB, OffloadPolicy::kVdnnAll);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("vdnn-all needs a forward pass") != std::string::npos);
+    const OffloadPlan p = plan_ok(b.t, 16 * kMiB, OffloadPolicy::kVcudnn);
+    REQUIRE(p.moves.size() == 1);
+    CHECK(lt.buffers[p.moves[0].life].buffer == x);
+    CHECK(p.fits);
+  }
+}
+
+TEST_CASE("offload plan: what never moves (library buffers, buffers below a granule) counts in the least budget",
+          "[offload_plan]") {
+  Builder b;
+  const uint32_t big = b.buffer(32 * kMiB), lib = b.buffer(16 * kMiB, true), small = b.buffer(1 * kMiB);
+  const uint64_t first = b.add(CallKind::kAlloc, static_cast<int32_t>(big));
+  b.add(CallKind::kAlloc, static_cast<int32_t>(lib));
+  b.add(CallKind::kAlloc, static_cast<int32_t>(small));
+  b.add(CallKind::kLaunch, -1, {{big, M::kWrite}, {lib, M::kWrite}, {small, M::kWrite}});
+  const uint32_t other = b.buffer(32 * kMiB);
+  b.add(CallKind::kLaunch, -1, {{lib, M::kReadWrite}});
+  b.add(CallKind::kAlloc, static_cast<int32_t>(other));
+  for (int i = 0; i < 8; ++i)
+    b.add(CallKind::kLaunch, -1, {{lib, M::kReadWrite}, {small, M::kRead}, {other, M::kWrite}});
+  b.add(CallKind::kFree, static_cast<int32_t>(other));
+  b.add(CallKind::kLaunch, -1, {{lib, M::kReadWrite}});
+  b.add(CallKind::kLaunch, -1, {{big, M::kRead}, {lib, M::kRead}, {small, M::kRead}});
+  b.add(CallKind::kFree, static_cast<int32_t>(big));
+  b.add(CallKind::kFree, static_cast<int32_t>(lib));
+  b.add(CallKind::kFree, static_cast<int32_t>(small));
+  b.done(first);
+  const Lifetimes l = lifetimes(b.t);
+  const SpanModel m = span_model(b.t, l);
+  // 49 MiB at the first and last launches; 49 too while `other` is used (big can leave then).
+  CHECK(offload_bound(m).least_bytes == 49 * kMiB);
+  const OffloadPlan p = plan_ok(b.t, 49 * kMiB, OffloadPolicy::kVcudnn);
+  REQUIRE(p.moves.size() == 1);
+  CHECK(l.buffers[p.moves[0].life].buffer == big);
+  CHECK(p.fits);
+  // Granule rounding: a buffer of 3 MiB occupies 4.
+  Builder g;
+  const uint32_t odd = g.buffer(3 * kMiB);
+  const uint64_t f = g.add(CallKind::kAlloc, static_cast<int32_t>(odd));
+  g.add(CallKind::kLaunch, -1, {{odd, M::kWrite}});
+  g.add(CallKind::kFree, static_cast<int32_t>(odd));
+  g.done(f);
+  const SpanModel mg = span_model(g.t, lifetimes(g.t));
+  CHECK(simulate(mg, {})[1] == 4 * kMiB);
+}
+
+TEST_CASE("offload plan: invariants on random iterations and budgets", "[offload_plan]") {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    std::vector<uint64_t> maps;
+    const int n = 3 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) maps.push_back((1 + rng() % 40) * kMiB + (rng() % 3) * 4096);
+    const Chain c = chain(maps);
+    const Lifetimes l = lifetimes(c.b.t);
+    const SpanModel m = span_model(c.b.t, l);
+    const OffloadBound bound = offload_bound(m);
+    const std::vector<uint64_t> none = simulate(m, {});
+    const uint64_t peak = *std::max_element(none.begin(), none.end());
+    REQUIRE(bound.least_bytes <= peak);
+    for (int k = 0; k < 5; ++k) {
+      const uint64_t budget = bound.least_bytes + (peak - bound.least_bytes) * k / 4;
+      const OffloadPlan p = plan_ok(c.b.t, budget, OffloadPolicy::kVcudnn);
+      INFO("round " << round << " budget " << budget << " least " << bound.least_bytes << " peak " << peak);
+      CHECK(p.fits);
+      CHECK(p.peak_bytes <= budget);
+      // No move is superfluous: taking any one away breaks the budget.
+      for (size_t i = 0; i < p.moves.size(); ++i) {
+        std::vector<OffloadMove> fewer = p.moves;
+        fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(i));
+        const std::vector<uint64_t> sim = simulate(m, fewer);
+        CHECK(*std::max_element(sim.begin(), sim.end()) > budget);
+      }
+      for (OffloadPolicy v : {OffloadPolicy::kVdnnAll, OffloadPolicy::kVdnnConv}) plan_ok(c.b.t, budget, v);
+    }
+  }
+}
+
+TEST_CASE("vcudnn plan: the policies side by side from the command line; a budget below the least is refused",
+          "[offload_plan][cli]") {
+  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  test::TempDir tmp;
+  const std::string path = tmp.file("t.json"), out = tmp.file("plan.json");
+  REQUIRE(write_trace(c.b.t, path).ok());
+  const Lifetimes l = lifetimes(c.b.t);
+  const OffloadBound bound = offload_bound(span_model(c.b.t, l));
+  const std::string cli = test::exe_dir() + "/vcudnn";
+  {
+    const auto r = test::run_process({cli, "plan", path, "--budget", "70%", "--json", out}, {});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("least budget any plan needs: "));
+    CHECK_THAT(r.out, Catch::Contains("| vcudnn | yes |"));
+    CHECK_THAT(r.out, Catch::Contains("| vdnn-all |"));
+    CHECK_THAT(r.out, Catch::Contains("| vdnn-conv |"));
+    const auto j = nlohmann::json::parse(test::read_file(out));
+    CHECK(j.at("schema") == "vcudnn.plan/1");
+    REQUIRE(j.at("plans").size() == 3);
+    const auto& mine = j.at("plans").at(0);
+    CHECK(mine.at("policy") == "vcudnn");
+    CHECK(mine.at("fits") == true);
+    CHECK(mine.at("peak").get<uint64_t>() <= j.at("budget").get<uint64_t>());
+    CHECK_FALSE(mine.at("moves").empty());
+    for (const auto& mv : mine.at("moves")) {
+      CHECK(mv.at("out_after").get<uint64_t>() < mv.at("prefetch_at").get<uint64_t>());
+      CHECK(mv.at("prefetch_at").get<uint64_t>() <= mv.at("next_use").get<uint64_t>());
+    }
+  }
+  {
+    const auto r = test::run_process(
+        {cli, "plan", path, "--budget", std::to_string(bound.least_bytes - 1), "--policy", "vcudnn"}, {});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.err, Catch::Contains("below the least any offload plan of this iteration needs"));
+    CHECK_THAT(r.err, Catch::Contains(std::to_string(bound.least_bytes) + " bytes"));
+  }
+  {
+    const auto r = test::run_process({cli, "plan", path, "--budget", "70%", "--policy", "lru"}, {});
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--policy lru"));
+    const auto bad = test::run_process({cli, "plan", path, "--budget", "70 parsecs"}, {});
+    CHECK(bad.exit_code == 2);
+  }
+}
