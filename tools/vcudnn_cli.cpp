@@ -106,16 +106,15 @@ int run_info() {
 
 std::string mib_text(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
-// Draws the trace with scripts/trace_plot.py (matplotlib) from this build's source tree; its exit
-// status.
-int plot_trace(const std::string& path, const std::string& out, uint64_t budget) {
-  const std::string script = std::string(VCUDNN_SOURCE_DIR) + "/scripts/trace_plot.py";
+// Runs one of this build's source tree's plotting scripts (matplotlib) with python3; its exit status.
+int run_plot_script(const char* name, std::vector<std::string> script_args) {
+  const std::string script = std::string(VCUDNN_SOURCE_DIR) + "/scripts/" + name;
   if (::access(script.c_str(), R_OK) != 0) {
     fmt::print(stderr, "error: cannot plot: {} is missing\n", script);
     return 1;
   }
-  std::vector<std::string> args{"python3", script, path, out};
-  if (budget) args.insert(args.end(), {"--budget", std::to_string(budget)});
+  std::vector<std::string> args{"python3", script};
+  args.insert(args.end(), script_args.begin(), script_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -128,6 +127,13 @@ int plot_trace(const std::string& path, const std::string& out, uint64_t budget)
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// Draws the trace with scripts/trace_plot.py.
+int plot_trace(const std::string& path, const std::string& out, uint64_t budget) {
+  std::vector<std::string> args{path, out};
+  if (budget) args.insert(args.end(), {"--budget", std::to_string(budget)});
+  return run_plot_script("trace_plot.py", std::move(args));
 }
 
 int run_trace(const std::string& path, bool require_complete) {
@@ -197,7 +203,7 @@ int run_trace(const std::string& path, bool require_complete) {
 // vcudnn's plan fits, 1 for an unreadable trace, 2 for a bad setting, 3 when the budget is below
 // the least any plan needs (the message names it).
 int run_plan(const std::string& path, const std::string& budget_text, const std::string& policy_text,
-             const std::string& json_path) {
+             std::string json_path, const std::string& plot_path) {
   auto r = read_trace(path);
   if (!r) {
     fmt::print(stderr, "error: {}\n", r.error().message);
@@ -240,7 +246,8 @@ int run_plan(const std::string& path, const std::string& budget_text, const std:
                         {"budget", *budget},
                         {"peak_without", peak},
                         {"least_budget", bound.least_bytes},
-                        {"plans", nlohmann::json::array()}};
+                        {"plans", nlohmann::json::array()},
+                        {"curves", {{"without", none}}}};
   for (OffloadPolicy policy : policies) {
     auto plan = plan_offload(t, l, *budget, policy);
     if (!plan) {
@@ -265,13 +272,19 @@ int run_plan(const std::string& path, const std::string& budget_text, const std:
                             {"bytes_moved", p.bytes_moved},
                             {"peak", p.peak_bytes},
                             {"moves", std::move(moves)}});
+    out["curves"][std::string(offload_policy_name(policy))] = simulate(m, p.moves);
     if (policy == OffloadPolicy::kVcudnn && !p.fits && rc == 0) rc = 3;
   }
+  if (json_path.empty() && !plot_path.empty()) json_path = plot_path + ".json";  // the plot's input
   if (!json_path.empty()) {
     if (Status s = write_output_file(json_path, out.dump(1) + "\n"); !s) {
       fmt::print(stderr, "error: {}\n", s.error().message);
       return 1;
     }
+  }
+  if (!plot_path.empty()) {
+    const int plotted = run_plot_script("plan_plot.py", {json_path, plot_path});
+    if (plotted != 0) return plotted;
   }
   return rc;
 }
@@ -345,12 +358,14 @@ int main(int argc, char** argv) {
   trace->add_flag("--require-complete", require_complete, "exit 3 when the trace holds no complete iteration");
   trace->add_option("--plot", plot_path, "also draw memory over the iteration into this PNG (python3 with matplotlib)");
   trace->add_option("--budget", plot_budget, "with --plot: draw a device budget (bytes)");
-  std::string plan_path, plan_budget, plan_policy = "all", plan_json;
+  std::string plan_path, plan_budget, plan_policy = "all", plan_json, plan_plot;
   auto* plan = app.add_subcommand("plan", "offload plans for a trace's iteration under a device budget, by policy");
   plan->add_option("file", plan_path, "trace file (recorded with VCUDNN_POLICY=offload)")->required();
   plan->add_option("--budget", plan_budget, "device budget: bytes (K/M/G/T) or a percentage of the peak")->required();
   plan->add_option("--policy", plan_policy, "all (default), vcudnn, vdnn-all or vdnn-conv");
-  plan->add_option("--json", plan_json, "write the plans (moves by buffer and call) to this file");
+  plan->add_option("--json", plan_json,
+                   "write the plans (moves by buffer and call, device bytes per call) to this file");
+  plan->add_option("--plot", plan_plot, "draw device memory with and without each plan into this PNG (matplotlib)");
   vcudnn::launcher::Request request;
   auto* run = add_run_command(app, request);
   request.command = split_command(argc, argv);
@@ -366,7 +381,7 @@ int main(int argc, char** argv) {
     }
     return vcudnn::launcher::run(request);
   }
-  if (plan->parsed()) return vcudnn::run_plan(plan_path, plan_budget, plan_policy, plan_json);
+  if (plan->parsed()) return vcudnn::run_plan(plan_path, plan_budget, plan_policy, plan_json, plan_plot);
   if (trace->parsed()) {
     const int rc = vcudnn::run_trace(trace_path, require_complete);
     if (rc == 1 || plot_path.empty()) return rc;

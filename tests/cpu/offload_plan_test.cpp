@@ -306,6 +306,11 @@ TEST_CASE("vcudnn plan: the policies side by side from the command line; a budge
     CHECK(mine.at("policy") == "vcudnn");
     CHECK(mine.at("fits") == true);
     CHECK(mine.at("peak").get<uint64_t>() <= j.at("budget").get<uint64_t>());
+    const auto& curve = j.at("curves").at("vcudnn");
+    CHECK(curve.size() == j.at("curves").at("without").size());
+    uint64_t max = 0;
+    for (const auto& v : curve) max = std::max(max, v.get<uint64_t>());
+    CHECK(max == mine.at("peak").get<uint64_t>());
     CHECK_FALSE(mine.at("moves").empty());
     for (const auto& mv : mine.at("moves")) {
       CHECK(mv.at("out_after").get<uint64_t>() < mv.at("prefetch_at").get<uint64_t>());
@@ -327,4 +332,20 @@ TEST_CASE("vcudnn plan: the policies side by side from the command line; a budge
     const auto bad = test::run_process({cli, "plan", path, "--budget", "70 parsecs"}, {});
     CHECK(bad.exit_code == 2);
   }
+}
+
+// `vcudnn plan --plot` draws the curves with scripts/plan_plot.py (matplotlib, as for vcudnn trace).
+TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "[offload_plan][cli]") {
+  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB});
+  test::TempDir tmp;
+  const std::string path = tmp.file("t.json"), png = tmp.file("plan.png");
+  REQUIRE(write_trace(c.b.t, path).ok());
+  const auto r = test::run_process({test::exe_dir() + "/vcudnn", "plan", path, "--budget", "80%", "--plot", png}, {});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("wrote " + png));
+  const std::string bytes = test::read_file(png);
+  REQUIRE(bytes.size() > 1000);
+  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  CHECK(nlohmann::json::parse(test::read_file(png + ".json")).at("curves").size() == 4);
 }
