@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace vcudnn {
 namespace {
@@ -254,6 +255,135 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
         mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule))};
   if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget);
   return plan_vdnn(trace, lifetimes, m, budget, policy);
+}
+
+namespace {
+
+// Each call's GPU time by position, `default_call_ms` where the trace has none; how many had none.
+std::vector<double> durations(const Trace& trace, const SpanModel& m, double default_call_ms, size_t* untimed) {
+  const size_t n = m.seqs.size();
+  std::vector<double> duration(n, default_call_ms);
+  size_t p = 0, missing = 0;
+  for (const TraceCall& c : trace.calls) {
+    if (p >= n) break;
+    if (c.seq != m.seqs[p]) continue;
+    if (c.gpu_ms)
+      duration[p] = *c.gpu_ms;
+    else
+      ++missing;
+    ++p;
+  }
+  if (untimed) *untimed = missing;
+  return duration;
+}
+
+}  // namespace
+
+size_t schedule_prefetches(const Trace& trace, const SpanModel& m, OffloadPlan& plan, const LinkModel& link,
+                           double default_call_ms) {
+  if (plan.policy != OffloadPolicy::kVcudnn || link.host_to_device_gbps <= 0) return 0;
+  const std::vector<double> duration = durations(trace, m, default_call_ms, nullptr);
+  size_t moved = 0;
+  for (OffloadMove& mv : plan.moves) {
+    const double copy_ms = static_cast<double>(mv.bytes) / (link.host_to_device_gbps * 1e6);
+    size_t want = mv.next_use - 1;  // the latest: the copy overlaps the call before the use
+    double covered = duration[want];
+    while (covered < copy_ms && want > mv.out_after + 3) covered += duration[--want];
+    const size_t latest = mv.prefetch_at;
+    for (size_t at = want; at < latest; ++at) {  // earliest first; later when the budget breaks
+      mv.prefetch_at = at;
+      const std::vector<uint64_t> sim = simulate(m, plan.moves);
+      if (*std::max_element(sim.begin(), sim.end()) <= plan.budget) break;
+      mv.prefetch_at = latest;
+    }
+    if (mv.prefetch_at != latest) ++moved;
+  }
+  finish(m, plan);
+  return moved;
+}
+
+PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan& plan, const LinkModel& link,
+                       double default_call_ms) {
+  PlanTimeline t;
+  const size_t n = m.seqs.size();
+  const std::vector<double> duration = durations(trace, m, default_call_ms, &t.untimed_calls);
+  // Bytes per millisecond.
+  const auto per_ms = [](double gbps) { return gbps > 0 ? gbps * 1e6 : 1e300; };
+  const double d2h = per_ms(link.device_to_host_gbps), h2d = per_ms(link.host_to_device_gbps);
+  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n);
+  for (size_t i = 0; i < plan.moves.size(); ++i) {
+    out_after[plan.moves[i].out_after].push_back(i);
+    back_at[plan.moves[i].prefetch_at].push_back(i);
+    needed_by[plan.moves[i].next_use].push_back(i);
+  }
+  std::vector<double> out_end(plan.moves.size(), 0), back_end(plan.moves.size(), 0);
+  t.call_start_ms.assign(n, 0);
+  t.call_end_ms.assign(n, 0);
+  double now = 0, d2h_free = 0, h2d_free = 0;
+  for (size_t p = 0; p < n; ++p) {
+    // Prefetches issued as this call is reached (its predecessor has been queued).
+    for (size_t i : back_at[p]) {
+      const double start = std::max({now, h2d_free, out_end[i]});
+      back_end[i] = start + static_cast<double>(plan.moves[i].bytes) / h2d;
+      h2d_free = back_end[i];
+      t.copies_back.push_back({i, start, back_end[i]});
+    }
+    double ready = now;
+    for (size_t i : needed_by[p]) ready = std::max(ready, back_end[i]);
+    if (ready > now) {
+      ++t.late_prefetches;
+      t.stall_ms += ready - now;
+    }
+    t.call_start_ms[p] = ready;
+    now = ready + duration[p];
+    t.call_end_ms[p] = now;
+    t.compute_ms += duration[p];
+    for (size_t i : out_after[p]) {
+      const double start = std::max(now, d2h_free);
+      out_end[i] = start + static_cast<double>(plan.moves[i].bytes) / d2h;
+      d2h_free = out_end[i];
+      t.copies_out.push_back({i, start, out_end[i]});
+    }
+  }
+  t.step_ms = now;
+  for (size_t i = 0; i < plan.moves.size(); ++i) {
+    const size_t after_next = plan.moves[i].out_after + 2;
+    if (after_next < n && out_end[i] > t.call_start_ms[after_next]) ++t.late_offloads;
+  }
+  // The bound: the largest excess over the budget must leave and come back.
+  const std::vector<uint64_t> none = simulate(m, {});
+  uint64_t excess = 0;
+  for (uint64_t v : none) excess = std::max(excess, v > plan.budget ? v - plan.budget : 0);
+  const double e = static_cast<double>(excess);
+  t.lower_bound_ms = std::max({t.compute_ms, e / d2h, e / h2d, 2 * e / per_ms(link.both_gbps)});
+  return t;
+}
+
+std::string timeline_json(const SpanModel& m, const OffloadPlan& plan, const PlanTimeline& t) {
+  nlohmann::json events = nlohmann::json::array();
+  const auto lane = [&](int tid, const char* name) {
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}});
+  };
+  lane(1, "compute");
+  lane(2, "device to host");
+  lane(3, "host to device");
+  for (size_t p = 0; p < m.seqs.size(); ++p)
+    events.push_back({{"ph", "X"}, {"pid", 1}, {"tid", 1}, {"name", fmt::format("call {}", m.seqs[p])},
+                      {"ts", t.call_start_ms[p] * 1e3}, {"dur", (t.call_end_ms[p] - t.call_start_ms[p]) * 1e3}});
+  const auto copies = [&](const std::vector<TimedCopy>& list, int tid, const char* what) {
+    for (const TimedCopy& c : list) {
+      const OffloadMove& mv = plan.moves[c.move];
+      events.push_back({{"ph", "X"},
+                        {"pid", 1},
+                        {"tid", tid},
+                        {"name", fmt::format("{} buffer {} ({})", what, mv.life, mib(mv.bytes))},
+                        {"ts", c.start_ms * 1e3},
+                        {"dur", (c.end_ms - c.start_ms) * 1e3}});
+    }
+  };
+  copies(t.copies_out, 2, "out");
+  copies(t.copies_back, 3, "back");
+  return nlohmann::json({{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}}).dump();
 }
 
 std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {

@@ -95,6 +95,60 @@ std::vector<uint64_t> simulate(const SpanModel& model, const std::vector<Offload
 Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget, OffloadPolicy policy,
                                  const OffloadOptions& options = {});
 
+// ---- Time: what a plan costs, predicted from the trace's GPU times and the host link.
+//
+// Three lanes run side by side: the calls in order on one compute stream, copies out on the
+// device-to-host link, copies back on the host-to-device link (each lane one copy at a time, at
+// its own bandwidth; that both directions at once share `both_gbps` enters the lower bound only,
+// so the timeline is optimistic where the lanes overlap). A copy out starts when its use has
+// run and the lane is free; a copy back when its prefetch call starts, the lane is free and the copy
+// out is done; a call waits for the copies back of the buffers it uses (a stall). The model of
+// device bytes above assumes a copy out ends before the call after next starts; a copy that does
+// not is counted as late (the memory would still be held then).
+struct LinkModel {
+  double device_to_host_gbps = 0;
+  double host_to_device_gbps = 0;
+  double both_gbps = 0;  // the sum when both directions move at once
+};
+// H100 SXM over PCIe 5 as measured for DESIGN.md: the default when a trace carries no link.
+inline constexpr LinkModel kAssumedLink{55.0, 55.0, 78.0};
+
+struct TimedCopy {
+  size_t move = 0;  // index into OffloadPlan::moves
+  double start_ms = 0, end_ms = 0;
+};
+
+struct PlanTimeline {
+  double step_ms = 0;          // the calls' end
+  double compute_ms = 0;       // the calls alone, without stalls
+  double stall_ms = 0;         // calls waiting for copies back
+  size_t late_prefetches = 0;  // copies back not done when their call was due
+  size_t late_offloads = 0;    // copies out not done when the call after next started
+  size_t untimed_calls = 0;    // calls the trace has no GPU time for (counted as `default_call_ms`)
+  std::vector<double> call_start_ms, call_end_ms;  // by position
+  std::vector<TimedCopy> copies_out, copies_back;
+  // The least time any plan for the budget can take in this model: the compute alone, and the bytes
+  // that must be off the device at the worst call (its excess over the budget), moved out and back
+  // at the link's bandwidths, each direction alone and both at once.
+  double lower_bound_ms = 0;
+};
+
+// Times `plan` (budget and moves) over the span. default_call_ms: the time of a call the trace did
+// not time (0: free; the trace times convolutions only so far).
+PlanTimeline time_plan(const Trace& trace, const SpanModel& model, const OffloadPlan& plan, const LinkModel& link,
+                       double default_call_ms = 0);
+
+// vcudnn's prefetches as late as the link allows: each copy back is issued at the latest call from
+// which the calls up to its use take at least the copy's time (so it is not late when the link is
+// free), but never so early that the budget breaks (then as early as it holds). Only vcudnn plans
+// move; returns how many prefetches moved.
+size_t schedule_prefetches(const Trace& trace, const SpanModel& model, OffloadPlan& plan, const LinkModel& link,
+                           double default_call_ms = 0);
+
+// The plan's timeline as Chrome trace JSON (chrome://tracing, Perfetto): compute, device-to-host
+// and host-to-device lanes, one event per call and per copy.
+std::string timeline_json(const SpanModel& model, const OffloadPlan& plan, const PlanTimeline& timeline);
+
 // The invariants every plan keeps: each move is over a gap between two consecutive uses of its
 // buffer (nothing leaves while a use of it is queued, and it is back before its next use), its
 // buffer is movable, its absent range is not empty, no buffer makes two trips over one gap, and

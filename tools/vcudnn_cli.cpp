@@ -199,67 +199,100 @@ int run_trace(const std::string& path, bool require_complete) {
 }
 
 // `vcudnn plan FILE --budget B`: every policy's plan for the trace's iteration under the budget
-// (bytes, or a percentage of the iteration's peak without a plan), side by side. Exit 0 when
-// vcudnn's plan fits, 1 for an unreadable trace, 2 for a bad setting, 3 when the budget is below
-// the least any plan needs (the message names it).
-int run_plan(const std::string& path, const std::string& budget_text, const std::string& policy_text,
-             std::string json_path, const std::string& plot_path) {
-  auto r = read_trace(path);
+// (bytes, or a percentage of the iteration's peak without a plan), side by side, with its memory
+// and its predicted time. Exit 0 when vcudnn's plan fits, 1 for an unreadable trace, 2 for a bad
+// setting, 3 when the budget is below the least any plan needs (the message names it).
+struct PlanRequest {
+  std::string path, budget, policy = "all", json, plot, timeline;
+  double d2h_gbps = 0, h2d_gbps = 0, both_gbps = 0;  // 0: the trace's, else kAssumedLink
+  double call_ms = 0;                                // a call the trace did not time
+};
+
+int run_plan(PlanRequest q) {
+  auto r = read_trace(q.path);
   if (!r) {
     fmt::print(stderr, "error: {}\n", r.error().message);
     return 1;
   }
   const Trace& t = r.value();
   if (t.buffers.empty()) {
-    fmt::print(stderr, "error: {} has no buffers (recorded without memory ownership: VCUDNN_POLICY=offload)\n", path);
+    fmt::print(stderr, "error: {} has no buffers (recorded without memory ownership: VCUDNN_POLICY=offload)\n", q.path);
     return 1;
   }
   std::vector<OffloadPolicy> policies(std::begin(kOffloadPolicies), std::end(kOffloadPolicies));
-  if (policy_text != "all") {
-    const auto p = offload_policy_from_name(policy_text);
+  if (q.policy != "all") {
+    const auto p = offload_policy_from_name(q.policy);
     if (!p) {
-      fmt::print(stderr, "error: --policy {}: expected all, vcudnn, vdnn-all or vdnn-conv\n", policy_text);
+      fmt::print(stderr, "error: --policy {}: expected all, vcudnn, vdnn-all or vdnn-conv\n", q.policy);
       return 2;
     }
     policies = {*p};
+  }
+  if (q.d2h_gbps < 0 || q.h2d_gbps < 0 || q.both_gbps < 0 || q.call_ms < 0) {
+    fmt::print(stderr, "error: bandwidths and --call-ms must not be negative\n");
+    return 2;
   }
   const Lifetimes l = lifetimes(t);
   const SpanModel m = span_model(t, l);
   const std::vector<uint64_t> none = simulate(m, {});
   const uint64_t peak = none.empty() ? 0 : *std::max_element(none.begin(), none.end());
-  const auto budget = pool::parse_budget(budget_text, peak);
+  const auto budget = pool::parse_budget(q.budget, peak);
   if (!budget) {
-    fmt::print(stderr, "error: --budget {}: expected bytes (K/M/G/T) or a percentage of the peak ({})\n", budget_text,
+    fmt::print(stderr, "error: --budget {}: expected bytes (K/M/G/T) or a percentage of the peak ({})\n", q.budget,
                mib_text(peak));
     return 2;
   }
+  LinkModel link = kAssumedLink;
+  const char* link_from = "assumed: H100, PCIe 5; the trace has none";
+  if (t.link) {
+    link = {t.link->device_to_host, t.link->host_to_device, t.link->both};
+    link_from = "measured when the trace was recorded";
+  }
+  if (q.d2h_gbps > 0 || q.h2d_gbps > 0 || q.both_gbps > 0) link_from = "given";
+  if (q.d2h_gbps > 0) link.device_to_host_gbps = q.d2h_gbps;
+  if (q.h2d_gbps > 0) link.host_to_device_gbps = q.h2d_gbps;
+  if (q.both_gbps > 0) link.both_gbps = q.both_gbps;
   const OffloadBound bound = offload_bound(m);
-  fmt::print("plan {}: calls {}..{} ({}), device bytes at the peak without a plan {} (granules of 2 MiB)\n", path,
+  fmt::print("plan {}: calls {}..{} ({}), device bytes at the peak without a plan {} (granules of 2 MiB)\n", q.path,
              l.first_seq, l.end_seq, m.seqs.size(), mib_text(peak));
   fmt::print("least budget any plan needs: {} at call {}; budget {} ({:.1f}% of the peak)\n",
              mib_text(bound.least_bytes), bound.seq, mib_text(*budget),
              peak ? 100.0 * static_cast<double>(*budget) / static_cast<double>(peak) : 0.0);
-  fmt::print("| policy | fits | moves | moved out | peak | peak / budget |\n|---|---|---:|---:|---:|---:|\n");
+  fmt::print("link: {:.1f} GB/s out, {:.1f} GB/s back, {:.1f} GB/s both ({}); calls without GPU time: {} ms each\n",
+             link.device_to_host_gbps, link.host_to_device_gbps, link.both_gbps, link_from, q.call_ms);
+  fmt::print(
+      "| policy | fits | moves | moved out | peak | peak / budget | step (ms) | stalls (ms) | late copies back | x "
+      "lower "
+      "bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   int rc = 0;
   nlohmann::json out = {{"schema", "vcudnn.plan/1"},
-                        {"trace", path},
+                        {"trace", q.path},
                         {"budget", *budget},
                         {"peak_without", peak},
                         {"least_budget", bound.least_bytes},
+                        {"link",
+                         {{"device_to_host_gbps", link.device_to_host_gbps},
+                          {"host_to_device_gbps", link.host_to_device_gbps},
+                          {"both_gbps", link.both_gbps}}},
                         {"plans", nlohmann::json::array()},
                         {"curves", {{"without", none}}}};
+  size_t untimed = 0;
   for (OffloadPolicy policy : policies) {
     auto plan = plan_offload(t, l, *budget, policy);
     if (!plan) {
-      fmt::print("| {} | refused | | | | |\n", offload_policy_name(policy));
+      fmt::print("| {} | refused | | | | | | | | |\n", offload_policy_name(policy));
       fmt::print(stderr, "{}: {}\n", offload_policy_name(policy), plan.error().message);
       if (*budget < bound.least_bytes) rc = 3;
       continue;
     }
-    const OffloadPlan& p = plan.value();
-    fmt::print("| {} | {} | {} | {} | {} | {:.3f} |\n", offload_policy_name(policy), p.fits ? "yes" : "NO",
-               p.moves.size(), mib_text(p.bytes_moved), mib_text(p.peak_bytes),
-               static_cast<double>(p.peak_bytes) / static_cast<double>(*budget));
+    OffloadPlan& p = plan.value();
+    schedule_prefetches(t, m, p, link, q.call_ms);
+    const PlanTimeline time = time_plan(t, m, p, link, q.call_ms);
+    untimed = time.untimed_calls;
+    fmt::print("| {} | {} | {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {} | {:.3f} |\n", offload_policy_name(policy),
+               p.fits ? "yes" : "NO", p.moves.size(), mib_text(p.bytes_moved), mib_text(p.peak_bytes),
+               static_cast<double>(p.peak_bytes) / static_cast<double>(*budget), time.step_ms, time.stall_ms,
+               time.late_prefetches, time.lower_bound_ms > 0 ? time.step_ms / time.lower_bound_ms : 0.0);
     nlohmann::json moves = nlohmann::json::array();
     for (const OffloadMove& mv : p.moves)
       moves.push_back({{"buffer", t.buffers[l.buffers[mv.life].buffer].id},
@@ -271,19 +304,33 @@ int run_plan(const std::string& path, const std::string& budget_text, const std:
                             {"fits", p.fits},
                             {"bytes_moved", p.bytes_moved},
                             {"peak", p.peak_bytes},
+                            {"step_ms", time.step_ms},
+                            {"stall_ms", time.stall_ms},
+                            {"lower_bound_ms", time.lower_bound_ms},
                             {"moves", std::move(moves)}});
     out["curves"][std::string(offload_policy_name(policy))] = simulate(m, p.moves);
-    if (policy == OffloadPolicy::kVcudnn && !p.fits && rc == 0) rc = 3;
+    if (policy == OffloadPolicy::kVcudnn) {
+      if (!p.fits && rc == 0) rc = 3;
+      if (!q.timeline.empty()) {
+        if (Status s = write_output_file(q.timeline, timeline_json(m, p, time)); !s) {
+          fmt::print(stderr, "error: {}\n", s.error().message);
+          return 1;
+        }
+      }
+    }
   }
-  if (json_path.empty() && !plot_path.empty()) json_path = plot_path + ".json";  // the plot's input
-  if (!json_path.empty()) {
-    if (Status s = write_output_file(json_path, out.dump(1) + "\n"); !s) {
+  if (untimed)
+    fmt::print("{} of {} calls have no GPU time in the trace (it times convolutions only so far): counted as {} ms\n",
+               untimed, m.seqs.size(), q.call_ms);
+  if (q.json.empty() && !q.plot.empty()) q.json = q.plot + ".json";  // the plot's input
+  if (!q.json.empty()) {
+    if (Status s = write_output_file(q.json, out.dump(1) + "\n"); !s) {
       fmt::print(stderr, "error: {}\n", s.error().message);
       return 1;
     }
   }
-  if (!plot_path.empty()) {
-    const int plotted = run_plot_script("plan_plot.py", {json_path, plot_path});
+  if (!q.plot.empty()) {
+    const int plotted = run_plot_script("plan_plot.py", {q.json, q.plot});
     if (plotted != 0) return plotted;
   }
   return rc;
@@ -358,14 +405,19 @@ int main(int argc, char** argv) {
   trace->add_flag("--require-complete", require_complete, "exit 3 when the trace holds no complete iteration");
   trace->add_option("--plot", plot_path, "also draw memory over the iteration into this PNG (python3 with matplotlib)");
   trace->add_option("--budget", plot_budget, "with --plot: draw a device budget (bytes)");
-  std::string plan_path, plan_budget, plan_policy = "all", plan_json, plan_plot;
+  vcudnn::PlanRequest plan_request;
   auto* plan = app.add_subcommand("plan", "offload plans for a trace's iteration under a device budget, by policy");
-  plan->add_option("file", plan_path, "trace file (recorded with VCUDNN_POLICY=offload)")->required();
-  plan->add_option("--budget", plan_budget, "device budget: bytes (K/M/G/T) or a percentage of the peak")->required();
-  plan->add_option("--policy", plan_policy, "all (default), vcudnn, vdnn-all or vdnn-conv");
-  plan->add_option("--json", plan_json,
-                   "write the plans (moves by buffer and call, device bytes per call) to this file");
-  plan->add_option("--plot", plan_plot, "draw device memory with and without each plan into this PNG (matplotlib)");
+  plan->add_option("file", plan_request.path, "trace file (recorded with VCUDNN_POLICY=offload)")->required();
+  plan->add_option("--budget", plan_request.budget, "device budget: bytes (K/M/G/T) or a percentage of the peak")
+      ->required();
+  plan->add_option("--policy", plan_request.policy, "all (default), vcudnn, vdnn-all or vdnn-conv");
+  plan->add_option("--json", plan_request.json, "write the plans (moves, device bytes per call, times) to this file");
+  plan->add_option("--plot", plan_request.plot, "draw device memory with and without each plan into this PNG");
+  plan->add_option("--timeline", plan_request.timeline, "write vcudnn's plan as a Chrome trace JSON (three lanes)");
+  plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
+  plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
+  plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");
+  plan->add_option("--call-ms", plan_request.call_ms, "GPU time of a call the trace did not time (default 0)");
   vcudnn::launcher::Request request;
   auto* run = add_run_command(app, request);
   request.command = split_command(argc, argv);
@@ -381,7 +433,7 @@ int main(int argc, char** argv) {
     }
     return vcudnn::launcher::run(request);
   }
-  if (plan->parsed()) return vcudnn::run_plan(plan_path, plan_budget, plan_policy, plan_json, plan_plot);
+  if (plan->parsed()) return vcudnn::run_plan(plan_request);
   if (trace->parsed()) {
     const int rc = vcudnn::run_trace(trace_path, require_complete);
     if (rc == 1 || plot_path.empty()) return rc;

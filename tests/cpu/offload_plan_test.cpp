@@ -331,6 +331,21 @@ TEST_CASE("vcudnn plan: the policies side by side from the command line; a budge
     CHECK_THAT(r.err, Catch::Contains("--policy lru"));
     const auto bad = test::run_process({cli, "plan", path, "--budget", "70 parsecs"}, {});
     CHECK(bad.exit_code == 2);
+    const auto negative = test::run_process({cli, "plan", path, "--budget", "70%", "--h2d-gbps", "-1"}, {});
+    CHECK(negative.exit_code == 2);
+  }
+  {  // time: the link assumed (the trace has none), untimed calls at --call-ms, vcudnn's timeline
+    const std::string timeline = tmp.file("timeline.json");
+    const auto r = test::run_process(
+        {cli, "plan", path, "--budget", "70%", "--policy", "vcudnn", "--call-ms", "0.1", "--timeline", timeline}, {});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("link: 55.0 GB/s out, 55.0 GB/s back, 78.0 GB/s both (assumed"));
+    CHECK_THAT(r.out, Catch::Contains("calls have no GPU time in the trace"));
+    const auto j = nlohmann::json::parse(test::read_file(timeline));
+    CHECK(j.at("traceEvents").size() > c.b.t.calls.size());
+    const auto given = test::run_process({cli, "plan", path, "--budget", "70%", "--d2h-gbps", "20"}, {});
+    CHECK_THAT(given.out, Catch::Contains("link: 20.0 GB/s out, 55.0 GB/s back, 78.0 GB/s both (given)"));
   }
 }
 
@@ -348,4 +363,81 @@ TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "
   REQUIRE(bytes.size() > 1000);
   CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
   CHECK(nlohmann::json::parse(test::read_file(png + ".json")).at("curves").size() == 4);
+}
+
+namespace {
+
+// Every convolution 1 ms, every other call 0.05 ms (allocations and frees included: the model
+// treats every call alike).
+void time_calls(Trace& t) {
+  for (TraceCall& c : t.calls) c.gpu_ms = c.kind == CallKind::kConvolution ? 1.0f : 0.05f;
+}
+
+}  // namespace
+
+TEST_CASE("offload plan timing: the compute lane, stalls for late copies back, and the lower bound",
+          "[offload_plan]") {
+  Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  time_calls(c.b.t);
+  const Lifetimes l = lifetimes(c.b.t);
+  const SpanModel m = span_model(c.b.t, l);
+  const std::vector<uint64_t> none = simulate(m, {});
+  const uint64_t peak = *std::max_element(none.begin(), none.end());
+  double compute = 0;
+  for (const TraceCall& call : c.b.t.calls) compute += *call.gpu_ms;
+
+  SECTION("no plan: the step is the compute") {
+    const OffloadPlan p = plan_ok(c.b.t, peak, OffloadPolicy::kVcudnn);
+    const PlanTimeline t = time_plan(c.b.t, m, p, kAssumedLink);
+    CHECK(t.untimed_calls == 0);
+    CHECK(t.step_ms == Approx(compute));
+    CHECK(t.compute_ms == Approx(compute));
+    CHECK(t.stall_ms == 0);
+    CHECK(t.lower_bound_ms == Approx(compute));
+  }
+  SECTION("a slow link: copies back issued one call ahead are late; scheduled earlier, they stall less") {
+    const LinkModel slow{0.5, 0.5, 0.8};  // 8 MiB take 16.8 ms
+    OffloadPlan p = plan_ok(c.b.t, peak * 7 / 10, OffloadPolicy::kVcudnn);
+    REQUIRE_FALSE(p.moves.empty());
+    const PlanTimeline before = time_plan(c.b.t, m, p, slow);
+    CHECK(before.late_prefetches > 0);
+    CHECK(before.stall_ms > 0);
+    CHECK(before.step_ms == Approx(before.compute_ms + before.stall_ms));
+    CHECK(before.lower_bound_ms <= before.step_ms);
+    CHECK(before.lower_bound_ms > before.compute_ms);  // the excess alone takes longer than the compute
+    const size_t moved = schedule_prefetches(c.b.t, m, p, slow);
+    CHECK(moved > 0);
+    CHECK(check_plan(m, p) == "");
+    CHECK(p.fits);  // never at the budget's expense
+    const PlanTimeline after = time_plan(c.b.t, m, p, slow);
+    CHECK(after.stall_ms < before.stall_ms);
+    CHECK(after.lower_bound_ms <= after.step_ms);
+  }
+  SECTION("the H100's link: stalls only where the budget keeps a copy back from starting earlier") {
+    OffloadPlan p = plan_ok(c.b.t, peak * 7 / 10, OffloadPolicy::kVcudnn);
+    schedule_prefetches(c.b.t, m, p, kAssumedLink);
+    const PlanTimeline t = time_plan(c.b.t, m, p, kAssumedLink);
+    double copies_back = 0;
+    for (const TimedCopy& copy : t.copies_back) copies_back += copy.end_ms - copy.start_ms;
+    CHECK(t.step_ms >= t.lower_bound_ms);
+    CHECK(t.stall_ms <= copies_back);
+    CHECK(t.step_ms < compute * 1.1);  // 0.76 ms at most for the 40 MiB map over a 13.35 ms step
+  }
+  SECTION("the timeline as Chrome trace JSON: three lanes, one event per call and per copy") {
+    OffloadPlan p = plan_ok(c.b.t, peak * 7 / 10, OffloadPolicy::kVcudnn);
+    const PlanTimeline t = time_plan(c.b.t, m, p, kAssumedLink);
+    const auto j = nlohmann::json::parse(timeline_json(m, p, t));
+    size_t calls = 0, out = 0, back = 0, lanes = 0;
+    for (const auto& e : j.at("traceEvents")) {
+      if (e.at("ph") == "M") ++lanes;
+      if (e.at("ph") != "X") continue;
+      const int tid = e.at("tid").get<int>();
+      (tid == 1 ? calls : tid == 2 ? out : back) += 1;
+      CHECK(e.at("dur").get<double>() >= 0);
+    }
+    CHECK(lanes == 3);
+    CHECK(calls == m.seqs.size());
+    CHECK(out == p.moves.size());
+    CHECK(back == p.moves.size());
+  }
 }
