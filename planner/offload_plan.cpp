@@ -38,6 +38,9 @@ std::vector<Gap> gaps_of(const SpanModel& m) {
   return out;
 }
 
+Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& m, uint64_t budget,
+                               const LinkModel& link, double default_call_ms);
+
 OffloadMove move_of(const Gap& g, size_t prefetch_at) { return {g.life, g.bytes, g.use, prefetch_at, g.next}; }
 
 void finish(const SpanModel& m, OffloadPlan& plan) {
@@ -179,6 +182,8 @@ std::string_view offload_policy_name(OffloadPolicy policy) {
       return "vdnn-all";
     case OffloadPolicy::kVdnnConv:
       return "vdnn-conv";
+    case OffloadPolicy::kModnn:
+      return "modnn";
   }
   return "?";
 }
@@ -245,7 +250,7 @@ OffloadBound offload_bound(const SpanModel& m) {
 }
 
 Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget, OffloadPolicy policy,
-                                 const OffloadOptions& options) {
+                                 const OffloadOptions& options, const LinkModel& link, double default_call_ms) {
   const SpanModel m = span_model(trace, lifetimes, options);
   const OffloadBound bound = offload_bound(m);
   if (budget < bound.least_bytes)
@@ -254,6 +259,7 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
         "{} (what that call and its neighbours use, buffers below one granule of {} and library buffers stay)",
         mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule))};
   if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget);
+  if (policy == OffloadPolicy::kModnn) return plan_modnn(trace, lifetimes, m, budget, link, default_call_ms);
   return plan_vdnn(trace, lifetimes, m, budget, policy);
 }
 
@@ -275,6 +281,172 @@ std::vector<double> durations(const Trace& trace, const SpanModel& m, double def
   }
   if (untimed) *untimed = missing;
   return duration;
+}
+
+// moDNN's Algorithm 1 over the call sequence (offload_plan.h says what is left out).
+Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& m, uint64_t budget,
+                               const LinkModel& link, double default_call_ms) {
+  const size_t n = m.seqs.size();
+  const std::vector<double> dur = durations(trace, m, default_call_ms, nullptr);
+  const auto per_ms = [](double gbps) { return gbps > 0 ? gbps * 1e6 : 1e300; };
+  const double d2h = per_ms(link.device_to_host_gbps), h2d = per_ms(link.host_to_device_gbps);
+  std::vector<std::vector<size_t>> uses_at(n), arrive_at(n), leave_at(n);
+  struct State {
+    bool resident = false, fresh = true;  // fresh: not used since it arrived (protected)
+    bool away = false;                    // offloaded, not yet brought back
+    bool brought = false;                 // on the device again after an offload
+    double ready_ms = 0;                  // its copy back ends
+    size_t out_after = 0, off_from = 0;   // while offloaded
+    bool offloaded_now = false;           // offloaded before the current call
+  };
+  std::vector<State> st(m.lives.size());
+  uint64_t resident = 0;
+  for (size_t i = 0; i < m.lives.size(); ++i) {
+    const SpanModel::Life& l = m.lives[i];
+    for (size_t u : l.uses) uses_at[u].push_back(i);
+    if (lifetimes.buffers[i].alloc_seq) {
+      arrive_at[l.first].push_back(i);
+    } else {
+      st[i].resident = true;
+      resident += l.bytes;
+    }
+    if (lifetimes.buffers[i].free_seq) leave_at[l.last].push_back(i);
+  }
+  const auto next_use_from = [&](size_t i, size_t p) -> std::optional<size_t> {
+    const auto& u = m.lives[i].uses;
+    const auto it = std::lower_bound(u.begin(), u.end(), p);
+    return it == u.end() ? std::nullopt : std::optional<size_t>(*it);
+  };
+  OffloadPlan plan;
+  plan.policy = OffloadPolicy::kModnn;
+  plan.budget = budget;
+  std::vector<double> end_ms(n, 0);
+  double now = 0, lane = 0;  // one transfer stream for both directions
+  std::vector<size_t> offloaded_here;
+  // Frees `need` bytes before call p by offloading, the least delay first. false (nothing done) when
+  // the unprotected buffers do not hold that much.
+  // `drop_prefetched`: moDNN's defragmentation step (offload everything the next calls do not need)
+  // in this model without addresses: buffers brought back but not used yet may go again; their host
+  // copy is still good, so they leave without a copy.
+  const auto offload = [&](uint64_t need, size_t p, bool drop_prefetched) {
+    struct Candidate {
+      double delay;
+      size_t life, last_use;
+      bool copy;
+    };
+    std::vector<Candidate> c;
+    for (size_t i = 0; i < m.lives.size(); ++i) {
+      const SpanModel::Life& l = m.lives[i];
+      const bool prefetched = st[i].fresh && st[i].brought;
+      if (!st[i].resident || (st[i].fresh && !(drop_prefetched && prefetched)) || !l.movable ||
+          !lifetimes.buffers[i].alloc_seq || p < l.first || p > l.last)
+        continue;
+      const auto next = next_use_from(i, p);
+      if (!next || *next < p + 2) continue;                    // used now or next, or not used again
+      if (st[i].ready_ms > now && !drop_prefetched) continue;  // still on its way back
+      const auto lu = std::lower_bound(l.uses.begin(), l.uses.end(), p);
+      if (lu == l.uses.begin()) continue;
+      const size_t last = *(lu - 1);
+      if (prefetched) {  // once its copy back has landed
+        c.push_back({std::max(0.0, st[i].ready_ms - now), i, last, false});
+        continue;
+      }
+      const double end = std::max(lane, end_ms[last]) + static_cast<double>(l.bytes) / d2h;
+      c.push_back({std::max(0.0, end - now), i, last, true});
+    }
+    std::sort(c.begin(), c.end(), [&](const Candidate& a, const Candidate& b) {
+      return a.delay != b.delay ? a.delay < b.delay : m.lives[a.life].bytes > m.lives[b.life].bytes;
+    });
+    uint64_t freed = 0;
+    size_t k = 0;
+    while (k < c.size() && freed < need) freed += m.lives[c[k++].life].bytes;
+    if (freed < need) return false;
+    for (size_t j = 0; j < k; ++j) {
+      const Candidate& x = c[j];
+      if (x.copy) lane = std::max(lane, end_ms[x.last_use]) + static_cast<double>(m.lives[x.life].bytes) / d2h;
+      now = std::max(now, st[x.life].ready_ms);
+      State& s = st[x.life];
+      s.resident = false;
+      s.away = true;
+      s.out_after = x.last_use;
+      s.off_from = p;
+      s.offloaded_now = true;
+      offloaded_here.push_back(x.life);
+      resident -= m.lives[x.life].bytes;
+    }
+    now = std::max(now, lane);  // the call waits for the space
+    return true;
+  };
+  const auto bring = [&](size_t i, size_t p, size_t use) {
+    const uint64_t bytes = m.lives[i].bytes;
+    lane = std::max(now, lane) + static_cast<double>(bytes) / h2d;
+    State& s = st[i];
+    s.resident = true;
+    s.away = false;
+    s.brought = true;
+    s.fresh = true;
+    s.ready_ms = lane;
+    resident += bytes;
+    plan.moves.push_back({i, bytes, s.out_after, p, use, s.off_from});
+  };
+  const auto missing_at = [&](size_t p) {
+    std::vector<size_t> out;
+    for (size_t i : uses_at[p])
+      if (st[i].away) out.push_back(i);
+    return out;
+  };
+  for (size_t p = 0; p < n; ++p) {
+    for (size_t i : offloaded_here) st[i].offloaded_now = false;
+    offloaded_here.clear();
+    // Lines 3-8: room for what this call allocates and for inputs not on the device; load those.
+    const std::vector<size_t> missing = missing_at(p);
+    uint64_t need = 0;
+    for (size_t i : arrive_at[p]) need += m.lives[i].bytes;
+    for (size_t i : missing) need += m.lives[i].bytes;
+    if (resident + need > budget && !offload(resident + need - budget, p, false) &&
+        !offload(resident + need - budget, p, true))
+      return Error{
+          fmt::format("modnn: nothing can leave the device to make room for call {} ({} needed, {} of {} held)",
+                      m.seqs[p], mib(need), mib(resident), mib(budget))};
+    for (size_t i : arrive_at[p]) {
+      st[i].resident = true;
+      st[i].brought = false;
+      st[i].fresh = true;
+      st[i].ready_ms = 0;
+      resident += m.lives[i].bytes;
+    }
+    for (size_t i : missing) bring(i, p, p);
+    // Lines 15-27: prefetches for the calls ahead whose inputs would otherwise be late (Eq. 9).
+    double est = now + dur[p];
+    for (size_t s = p + 1; s < n; est += dur[s], ++s) {
+      const std::vector<size_t> ahead = missing_at(s);
+      if (ahead.empty()) continue;
+      double transfer = 0;
+      uint64_t bytes = 0;
+      bool just_left = false;
+      for (size_t i : ahead) {
+        transfer += static_cast<double>(m.lives[i].bytes) / h2d;
+        bytes += m.lives[i].bytes;
+        just_left = just_left || st[i].offloaded_now;
+      }
+      if (just_left || now + dur[p] + transfer <= est) break;  // it can wait
+      if (resident + bytes > budget && !offload(resident + bytes - budget, p, false)) break;
+      for (size_t i : ahead) bring(i, p, s);
+    }
+    // Line 28: the call, once its inputs are back.
+    double start = now;
+    for (size_t i : uses_at[p]) start = std::max(start, st[i].ready_ms);
+    now = start + dur[p];
+    end_ms[p] = now;
+    for (size_t i : uses_at[p]) st[i].fresh = false;
+    // Lines 29-31: what the iteration frees.
+    for (size_t i : leave_at[p]) {
+      if (st[i].resident) resident -= m.lives[i].bytes;
+      st[i].resident = false;
+    }
+  }
+  finish(m, plan);
+  return plan;
 }
 
 }  // namespace
@@ -368,8 +540,12 @@ std::string timeline_json(const SpanModel& m, const OffloadPlan& plan, const Pla
   lane(2, "device to host");
   lane(3, "host to device");
   for (size_t p = 0; p < m.seqs.size(); ++p)
-    events.push_back({{"ph", "X"}, {"pid", 1}, {"tid", 1}, {"name", fmt::format("call {}", m.seqs[p])},
-                      {"ts", t.call_start_ms[p] * 1e3}, {"dur", (t.call_end_ms[p] - t.call_start_ms[p]) * 1e3}});
+    events.push_back({{"ph", "X"},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"name", fmt::format("call {}", m.seqs[p])},
+                      {"ts", t.call_start_ms[p] * 1e3},
+                      {"dur", (t.call_end_ms[p] - t.call_start_ms[p]) * 1e3}});
   const auto copies = [&](const std::vector<TimedCopy>& list, int tid, const char* what) {
     for (const TimedCopy& c : list) {
       const OffloadMove& mv = plan.moves[c.move];
@@ -399,9 +575,19 @@ std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {
     if (mv.first_absent() > mv.last_absent() || mv.prefetch_at > mv.next_use)
       return fmt::format("buffer {}: out after {}, prefetched at {}, used at {}: never off the device, or late",
                          mv.life, mv.out_after, mv.prefetch_at, mv.next_use);
-    if (!seen.insert({mv.life, mv.out_after}).second)
-      return fmt::format("buffer {} leaves twice after call {}", mv.life, mv.out_after);
+    if (!seen.insert({mv.life, mv.off_from}).second)
+      return fmt::format("buffer {} leaves twice at call {}", mv.life, mv.off_from);
   }
+  // A buffer is off the device over disjoint ranges (moDNN may send a prefetched buffer away again
+  // before its use: two trips over one gap).
+  std::vector<const OffloadMove*> by_life;
+  for (const OffloadMove& mv : plan.moves) by_life.push_back(&mv);
+  std::sort(by_life.begin(), by_life.end(), [](const OffloadMove* a, const OffloadMove* b) {
+    return std::pair(a->life, a->off_from) < std::pair(b->life, b->off_from);
+  });
+  for (size_t k = 1; k < by_life.size(); ++k)
+    if (by_life[k]->life == by_life[k - 1]->life && by_life[k]->first_absent() <= by_life[k - 1]->last_absent())
+      return fmt::format("buffer {} is off the device twice at call {}", by_life[k]->life, by_life[k]->first_absent());
   const std::vector<uint64_t> sim = simulate(m, plan.moves);
   const uint64_t peak = sim.empty() ? 0 : *std::max_element(sim.begin(), sim.end());
   if (peak != plan.peak_bytes)

@@ -27,10 +27,16 @@ namespace vcudnn {
 // then moves that turned out unneeded dropped). vdnn-all / vdnn-conv: vDNN's static policies, as
 // published: every feature map a forward layer reads (all layers / convolutions only) leaves after
 // its last forward use and is prefetched when the backward layer before its next use starts,
-// whatever the budget.
-enum class OffloadPolicy { kVcudnn, kVdnnAll, kVdnnConv };
+// whatever the budget. modnn: moDNN's scheduler (Algorithm 1 of the TPDS paper) without its
+// convolution-algorithm and sub-batch choices and without address-level fragmentation: the calls
+// are simulated in order; when an allocation or a copy back does not fit, buffers the iteration
+// allocated are offloaded, fewest seconds of delay first (never one not yet used since it arrived,
+// nor one this call or the next uses); before each call, copies back start for the calls ahead
+// whose inputs would otherwise arrive late (the paper's Eq. 9), stopping at the first that can
+// wait; one transfer stream serves both directions.
+enum class OffloadPolicy { kVcudnn, kVdnnAll, kVdnnConv, kModnn };
 inline constexpr OffloadPolicy kOffloadPolicies[] = {OffloadPolicy::kVcudnn, OffloadPolicy::kVdnnAll,
-                                                     OffloadPolicy::kVdnnConv};
+                                                     OffloadPolicy::kVdnnConv, OffloadPolicy::kModnn};
 std::string_view offload_policy_name(OffloadPolicy policy);
 std::optional<OffloadPolicy> offload_policy_from_name(std::string_view name);
 
@@ -45,8 +51,10 @@ struct OffloadMove {
   size_t out_after = 0;    // the use the copy out follows
   size_t prefetch_at = 0;  // the copy back is issued before this call runs
   size_t next_use = 0;     // the use it is back for
-  // Off the device while calls first_absent..last_absent run (first_absent = out_after + 2).
-  size_t first_absent() const { return out_after + 2; }
+  size_t off_from = 0;     // the first call it is off the device for (out_after + 2 when the copy
+                           // out overlaps the next call; moDNN's later, when an allocation needs it)
+  // Off the device while calls first_absent..last_absent run.
+  size_t first_absent() const { return off_from; }
   size_t last_absent() const { return prefetch_at - 1; }
 };
 
@@ -89,11 +97,23 @@ OffloadBound offload_bound(const SpanModel& model);
 // Device bytes at every position with these moves.
 std::vector<uint64_t> simulate(const SpanModel& model, const std::vector<OffloadMove>& moves);
 
+// The host link's bandwidths (GB/s, pinned memory), for timing and for moDNN's scheduler.
+struct LinkModel {
+  double device_to_host_gbps = 0;
+  double host_to_device_gbps = 0;
+  double both_gbps = 0;  // the sum when both directions move at once
+};
+// H100 SXM over PCIe 5 as measured for DESIGN.md: the default when a trace carries no link.
+inline constexpr LinkModel kAssumedLink{55.0, 55.0, 78.0};
+
 // A plan for `budget` under `policy`. Errors: a budget below offload_bound (naming it and the call),
-// a vDNN policy on a trace without a forward-to-backward turn. A vDNN plan that does not bring the
-// peak under the budget is returned with fits = false (those policies do not look at the budget).
+// a vDNN policy on a trace without a forward-to-backward turn, moDNN finding no buffer to offload. A
+// vDNN plan that does not bring the peak under the budget is returned with fits = false (those
+// policies do not look at the budget). moDNN times calls as time_plan does (`link`,
+// `default_call_ms`); the others ignore both.
 Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget, OffloadPolicy policy,
-                                 const OffloadOptions& options = {});
+                                 const OffloadOptions& options = {}, const LinkModel& link = kAssumedLink,
+                                 double default_call_ms = 0);
 
 // ---- Time: what a plan costs, predicted from the trace's GPU times and the host link.
 //
@@ -105,13 +125,6 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
 // out is done; a call waits for the copies back of the buffers it uses (a stall). The model of
 // device bytes above assumes a copy out ends before the call after next starts; a copy that does
 // not is counted as late (the memory would still be held then).
-struct LinkModel {
-  double device_to_host_gbps = 0;
-  double host_to_device_gbps = 0;
-  double both_gbps = 0;  // the sum when both directions move at once
-};
-// H100 SXM over PCIe 5 as measured for DESIGN.md: the default when a trace carries no link.
-inline constexpr LinkModel kAssumedLink{55.0, 55.0, 78.0};
 
 struct TimedCopy {
   size_t move = 0;  // index into OffloadPlan::moves
@@ -119,12 +132,12 @@ struct TimedCopy {
 };
 
 struct PlanTimeline {
-  double step_ms = 0;          // the calls' end
-  double compute_ms = 0;       // the calls alone, without stalls
-  double stall_ms = 0;         // calls waiting for copies back
-  size_t late_prefetches = 0;  // copies back not done when their call was due
-  size_t late_offloads = 0;    // copies out not done when the call after next started
-  size_t untimed_calls = 0;    // calls the trace has no GPU time for (counted as `default_call_ms`)
+  double step_ms = 0;                              // the calls' end
+  double compute_ms = 0;                           // the calls alone, without stalls
+  double stall_ms = 0;                             // calls waiting for copies back
+  size_t late_prefetches = 0;                      // copies back not done when their call was due
+  size_t late_offloads = 0;                        // copies out not done when the call after next started
+  size_t untimed_calls = 0;                        // calls the trace has no GPU time for (counted as `default_call_ms`)
   std::vector<double> call_start_ms, call_end_ms;  // by position
   std::vector<TimedCopy> copies_out, copies_back;
   // The least time any plan for the budget can take in this model: the compute alone, and the bytes

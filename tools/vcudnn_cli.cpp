@@ -223,7 +223,7 @@ int run_plan(PlanRequest q) {
   if (q.policy != "all") {
     const auto p = offload_policy_from_name(q.policy);
     if (!p) {
-      fmt::print(stderr, "error: --policy {}: expected all, vcudnn, vdnn-all or vdnn-conv\n", q.policy);
+      fmt::print(stderr, "error: --policy {}: expected all, vcudnn, vdnn-all, vdnn-conv or modnn\n", q.policy);
       return 2;
     }
     policies = {*p};
@@ -278,7 +278,7 @@ int run_plan(PlanRequest q) {
                         {"curves", {{"without", none}}}};
   size_t untimed = 0;
   for (OffloadPolicy policy : policies) {
-    auto plan = plan_offload(t, l, *budget, policy);
+    auto plan = plan_offload(t, l, *budget, policy, {}, link, q.call_ms);
     if (!plan) {
       fmt::print("| {} | refused | | | | | | | | |\n", offload_policy_name(policy));
       fmt::print(stderr, "{}: {}\n", offload_policy_name(policy), plan.error().message);
@@ -410,7 +410,7 @@ int main(int argc, char** argv) {
   plan->add_option("file", plan_request.path, "trace file (recorded with VCUDNN_POLICY=offload)")->required();
   plan->add_option("--budget", plan_request.budget, "device budget: bytes (K/M/G/T) or a percentage of the peak")
       ->required();
-  plan->add_option("--policy", plan_request.policy, "all (default), vcudnn, vdnn-all or vdnn-conv");
+  plan->add_option("--policy", plan_request.policy, "all (default), vcudnn, vdnn-all, vdnn-conv or modnn");
   plan->add_option("--json", plan_request.json, "write the plans (moves, device bytes per call, times) to this file");
   plan->add_option("--plot", plan_request.plot, "draw device memory with and without each plan into this PNG");
   plan->add_option("--timeline", plan_request.timeline, "write vcudnn's plan as a Chrome trace JSON (three lanes)");

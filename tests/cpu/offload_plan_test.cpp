@@ -278,6 +278,10 @@ TEST_CASE("offload plan: invariants on random iterations and budgets", "[offload
         CHECK(*std::max_element(sim.begin(), sim.end()) > budget);
       }
       for (OffloadPolicy v : {OffloadPolicy::kVdnnAll, OffloadPolicy::kVdnnConv}) plan_ok(c.b.t, budget, v);
+      // moDNN fits every budget from the bound up, and never offloads what the call or the next uses.
+      const OffloadPlan mo = plan_ok(c.b.t, budget, OffloadPolicy::kModnn);
+      CHECK(mo.fits);
+      for (const OffloadMove& mv : mo.moves) CHECK(mv.off_from + 2 <= mv.next_use);
     }
   }
 }
@@ -299,9 +303,10 @@ TEST_CASE("vcudnn plan: the policies side by side from the command line; a budge
     CHECK_THAT(r.out, Catch::Contains("| vcudnn | yes |"));
     CHECK_THAT(r.out, Catch::Contains("| vdnn-all |"));
     CHECK_THAT(r.out, Catch::Contains("| vdnn-conv |"));
+    CHECK_THAT(r.out, Catch::Contains("| modnn | yes |"));
     const auto j = nlohmann::json::parse(test::read_file(out));
     CHECK(j.at("schema") == "vcudnn.plan/1");
-    REQUIRE(j.at("plans").size() == 3);
+    REQUIRE(j.at("plans").size() == 4);
     const auto& mine = j.at("plans").at(0);
     CHECK(mine.at("policy") == "vcudnn");
     CHECK(mine.at("fits") == true);
@@ -362,7 +367,7 @@ TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "
   const std::string bytes = test::read_file(png);
   REQUIRE(bytes.size() > 1000);
   CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
-  CHECK(nlohmann::json::parse(test::read_file(png + ".json")).at("curves").size() == 4);
+  CHECK(nlohmann::json::parse(test::read_file(png + ".json")).at("curves").size() == 5);
 }
 
 namespace {
@@ -375,8 +380,7 @@ void time_calls(Trace& t) {
 
 }  // namespace
 
-TEST_CASE("offload plan timing: the compute lane, stalls for late copies back, and the lower bound",
-          "[offload_plan]") {
+TEST_CASE("offload plan timing: the compute lane, stalls for late copies back, and the lower bound", "[offload_plan]") {
   Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
   time_calls(c.b.t);
   const Lifetimes l = lifetimes(c.b.t);
@@ -439,5 +443,37 @@ TEST_CASE("offload plan timing: the compute lane, stalls for late copies back, a
     CHECK(calls == m.seqs.size());
     CHECK(out == p.moves.size());
     CHECK(back == p.moves.size());
+  }
+}
+
+TEST_CASE("offload plan: moDNN offloads on demand, least delay first, and prefetches by its Eq. 9", "[offload_plan]") {
+  Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  time_calls(c.b.t);
+  const Lifetimes l = lifetimes(c.b.t);
+  const SpanModel m = span_model(c.b.t, l);
+  const std::vector<uint64_t> none = simulate(m, {});
+  const uint64_t peak = *std::max_element(none.begin(), none.end());
+  SECTION("a budget at the peak: nothing moves") { CHECK(plan_ok(c.b.t, peak, OffloadPolicy::kModnn).moves.empty()); }
+  SECTION("under the peak: it fits; what it offloads comes back before its next use, early enough on a fast link") {
+    const uint64_t budget = peak * 7 / 10;
+    const OffloadPlan p = plan_ok(c.b.t, budget, OffloadPolicy::kModnn);
+    REQUIRE_FALSE(p.moves.empty());
+    CHECK(p.fits);
+    for (const OffloadMove& mv : p.moves) {
+      CHECK(l.buffers[mv.life].alloc_seq);  // weights (not allocated by the iteration) stay
+      CHECK(mv.prefetch_at < mv.next_use);  // prefetched, not loaded on demand, with the H100's link
+    }
+    const PlanTimeline t = time_plan(c.b.t, m, p, kAssumedLink);
+    CHECK(t.step_ms >= t.lower_bound_ms);
+    // vcudnn moves no more bytes for the same budget.
+    CHECK(plan_ok(c.b.t, budget, OffloadPolicy::kVcudnn).bytes_moved <= p.bytes_moved);
+  }
+  SECTION("a link too slow to hide anything: copies back are issued earlier than one call ahead") {
+    const LinkModel slow{0.5, 0.5, 0.8};
+    const auto r = plan_offload(c.b.t, l, peak * 7 / 10, OffloadPolicy::kModnn, {}, slow);
+    REQUIRE(r.ok());
+    CHECK(check_plan(m, r.value()) == "");
+    CHECK(std::any_of(r.value().moves.begin(), r.value().moves.end(),
+                      [](const OffloadMove& mv) { return mv.prefetch_at + 1 < mv.next_use; }));
   }
 }
