@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/common/test_util.h"
+#include "tests/cpu/trace_builder.h"
 
 using namespace vcudnn;
 
@@ -17,37 +18,11 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-struct Builder {
-  Trace t;
-  uint64_t seq = 100;
-  Builder() {
-    t.threads = {1};
-    t.handles = {0};
-    t.streams = {0};
-    t.layers = {ConvLayer{}};
-  }
-  uint32_t buffer(uint64_t bytes) {
-    t.buffers.push_back({t.buffers.size() + 1, 0x7000 + t.buffers.size() * 0x1000, bytes, false});
-    return static_cast<uint32_t>(t.buffers.size() - 1);
-  }
-  uint64_t add(CallKind kind, int32_t buffer = -1, std::vector<BufferAccess> accesses = {},
-               ConvKind conv = ConvKind::kForward) {
-    TraceCall c;
-    c.seq = seq++;
-    c.kind = kind;
-    c.buffer = buffer;
-    c.conv = conv;
-    if (kind == CallKind::kConvolution) c.layer = 0;
-    c.accesses = std::move(accesses);
-    t.calls.push_back(c);
-    return c.seq;
-  }
-};
+using Builder = test::TraceBuilder;
 
 }  // namespace
 
-TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from forward to backward",
-          "[lifetimes]") {
+TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from forward to backward", "[lifetimes]") {
   Builder b;
   const uint32_t param = b.buffer(1 * kMiB), act1 = b.buffer(4 * kMiB), act2 = b.buffer(2 * kMiB),
                  grad = b.buffer(3 * kMiB);
@@ -58,8 +33,8 @@ TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from
   const uint64_t f2 = b.add(CallKind::kLaunch, -1, {{act1, M::kUnknown}, {act2, M::kUnknown}});
   const uint64_t f3 = b.add(CallKind::kConvolution, -1, {{act2, M::kRead}}, ConvKind::kForward);
   const uint64_t g = b.add(CallKind::kAlloc, static_cast<int32_t>(grad));
-  const uint64_t turn = b.add(CallKind::kConvolution, -1, {{act2, M::kRead}, {grad, M::kWrite}},
-                              ConvKind::kBackwardData);
+  const uint64_t turn =
+      b.add(CallKind::kConvolution, -1, {{act2, M::kRead}, {grad, M::kWrite}}, ConvKind::kBackwardData);
   const uint64_t free2 = b.add(CallKind::kFree, static_cast<int32_t>(act2));
   const uint64_t bw = b.add(CallKind::kConvolution, -1, {{act1, M::kRead}, {grad, M::kRead}, {param, M::kRead}},
                             ConvKind::kBackwardFilter);
@@ -148,19 +123,20 @@ TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the comma
   const auto r = test::run_process({test::exe_dir() + "/vcudnn", "trace", path}, {});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("2 buffers; 0.0 MiB alive at the start, 4.0 MiB allocated; live peak 4.0 MiB at call 102"));
-  CHECK_THAT(r.out, Catch::Contains("forward to backward at call " + std::to_string(turn) + ": 4.0 MiB alive across it"));
-  CHECK_THAT(r.out, Catch::Contains("at the peak: 3.0 MiB buffer 1, allocated at call 100, used 2 times, last at call " +
-                                    std::to_string(turn)));
+  CHECK_THAT(r.out, Catch::Contains(
+                        "2 buffers; 0.0 MiB alive at the start, 4.0 MiB allocated; live peak 4.0 MiB at call 102"));
+  CHECK_THAT(r.out,
+             Catch::Contains("forward to backward at call " + std::to_string(turn) + ": 4.0 MiB alive across it"));
+  CHECK_THAT(r.out,
+             Catch::Contains("at the peak: 3.0 MiB buffer 1, allocated at call 100, used 2 times, last at call " +
+                             std::to_string(turn)));
   CHECK_THAT(r.out, Catch::Contains("least device memory any offload plan needs: 4.0 MiB (call " +
                                     std::to_string(turn) + ":"));
   CHECK_THAT(r.out, Catch::Contains("host link: 50.0 GB/s device to host"));
 
   auto j = nlohmann::json::parse(test::read_file(path));
   j["schema"] = "vcudnn.trace/1";
-  {
-    std::ofstream(path) << j.dump();
-  }
+  { std::ofstream(path) << j.dump(); }
   const auto old = test::run_process({test::exe_dir() + "/vcudnn", "trace", path}, {});
   CHECK(old.exit_code == 1);
   CHECK_THAT(old.err, Catch::Contains("record it again"));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/common/test_util.h"
+#include "tests/cpu/trace_builder.h"
 
 using namespace vcudnn;
 
@@ -18,37 +19,7 @@ namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
 
-struct Builder {
-  Trace t;
-  uint64_t seq = 10;
-  Builder() {
-    t.threads = {1};
-    t.handles = {0};
-    t.streams = {0};
-    t.layers = {ConvLayer{}};
-  }
-  uint32_t buffer(uint64_t bytes, bool library = false) {
-    t.buffers.push_back({t.buffers.size() + 1, 0x7000000 + t.buffers.size() * 0x1000000, bytes, library});
-    return static_cast<uint32_t>(t.buffers.size() - 1);
-  }
-  uint64_t add(CallKind kind, int32_t buffer = -1, std::vector<BufferAccess> accesses = {},
-               ConvKind conv = ConvKind::kForward) {
-    TraceCall c;
-    c.seq = seq++;
-    c.kind = kind;
-    c.buffer = buffer;
-    c.conv = conv;
-    if (kind == CallKind::kConvolution) c.layer = 0;
-    c.accesses = std::move(accesses);
-    t.calls.push_back(c);
-    return c.seq;
-  }
-  void done(uint64_t first) {
-    t.complete = true;
-    t.first_seq = first;
-    t.end_seq = seq;
-  }
-};
+using Builder = test::TraceBuilder;
 
 using M = AccessMode;
 
