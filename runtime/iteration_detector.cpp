@@ -14,6 +14,18 @@
 //   tail is the iteration and the pass is skipped.
 // - Forward only (no backward seen yet): the first p convolutions, when the next 2p repeat them
 //   (three copies, because a net may start with a few identical layers).
+// - What an iteration holds: with cudnn.benchmark, PyTorch times each candidate plan of a
+//   convolution on its first call, a few executions each. That one (kind, layer), executed over
+//   and over with other calls (set_stream) between, repeats as exactly as a training step. A search
+//   holds one layer: PyTorch searches one layer's one direction at a time. So an automatic
+//   iteration must hold two different layers, or a forward and a backward-filter (a training step
+//   computes its weights' gradient, so a network of one layer still counts, with or without
+//   backward-data); forward only, two different layers. The search then stays inside the
+//   iteration that holds it, and a later one is found. Not found automatically (mark them with
+//   vcudnnIterationBoundary()): forward only with one layer fingerprint, and inference with a
+//   search (forward-only mode is anchored at the first convolution, inside the search). Windows
+//   that fail the rule are not compared: all end at the newest convolution, so the latest start
+//   that passes is kept up to date in O(1) per convolution.
 // - Explicit: once vcudnnIterationBoundary() is called, automatic detection stops; the calls
 //   between two boundaries (or the start and the first boundary) are an iteration, and a span
 //   with no convolution is skipped as a preamble.
@@ -49,6 +61,7 @@ std::optional<DetectedIteration> IterationDetector::on_call(uint64_t seq, const 
     seg_seq_.push_back(item_seq_.back() + 1);
     found = check_segments(seg_item_.size() - 1);
   }
+  note_item(*exec);
   items_.push_back(*exec);
   item_seq_.push_back(seq);
   if (is_backward(exec->kind)) seen_backward_ = true;
@@ -56,10 +69,34 @@ std::optional<DetectedIteration> IterationDetector::on_call(uint64_t seq, const 
   return found;
 }
 
+// Before `e` joins items_: keeps what latest_iteration_start() needs.
+void IterationDetector::note_item(const ExecItem& e) {
+  const size_t i = items_.size();
+  if (i == 0 || e.layer != items_.back().layer) layer_run_start_ = i;
+  if (i > 0 && first_other_layer_ == SIZE_MAX && e.layer != items_[0].layer) first_other_layer_ = i;
+  if (e.kind == ConvKind::kForward) last_forward_ = static_cast<int64_t>(i);
+  if (e.kind == ConvKind::kBackwardFilter) last_backward_filter_ = static_cast<int64_t>(i);
+}
+
+// The latest s such that items [s, items_.size()) may be an iteration (Note [Iteration
+// boundaries]): two layers, or a forward and a backward-filter. -1 when no start may. An earlier
+// start only adds items, so every s' <= s may too.
+int64_t IterationDetector::latest_iteration_start() const {
+  const int64_t two_layers = static_cast<int64_t>(layer_run_start_) - 1;
+  const int64_t fwd_and_filter = std::min(last_forward_, last_backward_filter_);
+  return std::max(two_layers, fwd_and_filter);
+}
+
 // Segments [0, closed) are complete. Looks for the smallest k such that the k segments ending at
 // `closed` repeat the k before them.
 std::optional<DetectedIteration> IterationDetector::check_segments(size_t closed) {
-  for (size_t k = 1; 2 * k <= closed; ++k) {
+  const int64_t latest = latest_iteration_start();
+  if (latest < 0) return std::nullopt;
+  // Windows of fewer than k0 segments start after `latest`: no iteration can be that short.
+  const auto ok_end = std::upper_bound(seg_item_.begin(), seg_item_.begin() + static_cast<std::ptrdiff_t>(closed),
+                                       static_cast<size_t>(latest));
+  const size_t k0 = closed + 1 - static_cast<size_t>(ok_end - seg_item_.begin());
+  for (size_t k = k0; 2 * k <= closed; ++k) {
     const size_t a = closed - 2 * k, b = closed - k;
     const size_t a_items = seg_item_[b] - seg_item_[a];
     const size_t b_items = seg_item_[closed] - seg_item_[b];
@@ -76,7 +113,8 @@ std::optional<DetectedIteration> IterationDetector::check_segments(size_t closed
 }
 
 std::optional<DetectedIteration> IterationDetector::check_forward_only(size_t m) {
-  if (m > 0 && items_[m] == items_[0]) fwd_candidates_.push_back(m);
+  // A period must hold two layers (Note [Iteration boundaries]): one layer repeated is a search.
+  if (m > 0 && items_[m] == items_[0] && first_other_layer_ < m) fwd_candidates_.push_back(m);
   std::optional<DetectedIteration> found;
   std::vector<size_t> alive;
   for (size_t p : fwd_candidates_) {

@@ -3,9 +3,9 @@
 // See Note [Iteration boundaries] in iteration_detector.cpp.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <climits>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -47,6 +47,8 @@ class IterationDetector {
   std::optional<DetectedIteration> check_segments(size_t closed);
   std::optional<DetectedIteration> check_forward_only(size_t m);
   bool same_items(size_t a_begin, size_t b_begin, size_t len) const;
+  void note_item(const ExecItem& e);
+  int64_t latest_iteration_start() const;
 
   std::vector<ExecItem> items_;
   std::vector<uint64_t> item_seq_;
@@ -57,6 +59,13 @@ class IterationDetector {
   bool seen_backward_ = false;
   bool first_call_ = true;
   std::vector<size_t> fwd_candidates_;  // forward-only periods still consistent with items_
+  // What an iteration must hold (Note [Iteration boundaries]), tracked for windows ending at
+  // items_.size(): where the trailing run of one layer starts, the last forward and the last
+  // backward-filter (-1: none), and the first item of another layer than items_[0]'s.
+  size_t layer_run_start_ = 0;
+  int64_t last_forward_ = -1;
+  int64_t last_backward_filter_ = -1;
+  size_t first_other_layer_ = SIZE_MAX;
 
   bool explicit_mode_ = false;
   uint64_t explicit_start_seq_ = 0;
@@ -88,11 +97,11 @@ class OpRepeatDetector {
   size_t ops_seen() const { return ids_.size(); }
 
  private:
-  std::vector<uint64_t> seq_;     // per op
-  std::vector<uint64_t> ids_;     // per op
+  std::vector<uint64_t> seq_;        // per op
+  std::vector<uint64_t> ids_;        // per op
   std::vector<uint64_t> prefix_{0};  // rolling hash of ops [0, i)
   std::vector<uint64_t> power_{1};   // kBase^i
-  std::vector<int64_t> level_;    // live bytes at boundary i (before op i); level_[n] after the last
+  std::vector<int64_t> level_;       // live bytes at boundary i (before op i); level_[n] after the last
   std::unordered_map<int64_t, std::vector<size_t>> at_level_;  // boundaries by level
   int64_t highest_ = INT64_MIN;
 };

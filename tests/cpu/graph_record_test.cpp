@@ -133,7 +133,7 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
   const Stream s = o.s;
   const auto weight = m.allocate(3 * kMiB, s, Origin::kFramework);  // before the iteration: existing
   REQUIRE(weight);
-  const GraphConv fwd = conv_of(ConvKind::kForward, 16, 1), bwd = conv_of(ConvKind::kBackwardData, 16, 2);
+  const GraphConv fwd = conv_of(ConvKind::kForward, 16, 1), bwd = conv_of(ConvKind::kBackwardFilter, 16, 2);
   for (int iteration = 0; iteration < 3; ++iteration) {
     const auto act = m.allocate(8 * kMiB, s, Origin::kFramework);
     REQUIRE(act);

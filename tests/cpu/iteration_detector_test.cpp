@@ -31,10 +31,13 @@ struct Span {
 };
 
 // A call sequence as PyTorch makes it: a set_stream before every convolution and, while
-// `searching`, Get/Find/workspace queries before the first execution of each (kind, layer).
+// `searching`, Get/Find/workspace queries before the first execution of each (kind, layer), or
+// with benchmark(runs), `runs` executions of it (cudnn.benchmark timing candidate plans).
 class Sequence {
  public:
   explicit Sequence(uint64_t first_seq = 0) : next_(first_seq) {}
+
+  void benchmark(int runs) { benchmark_runs_ = runs; }
 
   uint64_t other() {
     events_.push_back({next_, std::nullopt});
@@ -44,10 +47,19 @@ class Sequence {
   uint64_t conv(ConvKind kind, int layer) {
     other();  // cudnnSetStream
     if (searching_ && searched_.insert({kind, layer}).second) {
-      other();  // cudnnGet*AlgorithmMaxCount
-      other();  // cudnnFind*Algorithm
-      other();  // cudnnGet*WorkspaceSize
+      if (benchmark_runs_ == 0) {
+        other();  // cudnnGet*AlgorithmMaxCount
+        other();  // cudnnFind*Algorithm
+        other();  // cudnnGet*WorkspaceSize
+      }
+      for (int i = 0; i < benchmark_runs_; ++i) {
+        execute(kind, layer);
+        other();  // cudnnSetStream
+      }
     }
+    return execute(kind, layer);
+  }
+  uint64_t execute(ConvKind kind, int layer) {
     events_.push_back({next_, ExecItem{kind, layer}});
     if (open_) {
       if (open_->convolutions == 0) open_->first_conv = next_;
@@ -102,6 +114,7 @@ class Sequence {
  private:
   uint64_t next_;
   bool searching_ = false;
+  int benchmark_runs_ = 0;
   std::set<std::pair<ConvKind, int>> searched_;
   std::vector<Event> events_;
   std::vector<Span> spans_;
@@ -302,6 +315,158 @@ TEST_CASE("iteration: inference starting with identical layers gives no period-1
   IterationDetector d;
   auto ot = feed(t.events(), d, false);
   CHECK_FALSE(ot.found);
+}
+
+// ---- Note [Iteration boundaries]: what an iteration holds --------------------------------------
+
+namespace {
+
+// How a cudnn.benchmark search of one layer (layer 0) executes it, over and over.
+enum class Search { kForward, kBackwardFilter, kForwardAndData, kForwardAndDataRuns };
+
+const char* name(Search p) {
+  switch (p) {
+    case Search::kForward:
+      return "forward";
+    case Search::kBackwardFilter:
+      return "backward-filter";
+    case Search::kForwardAndData:
+      return "forward and backward-data taking turns";
+    case Search::kForwardAndDataRuns:
+      return "3 forwards and 3 backward-data taking turns";
+  }
+  return "?";
+}
+
+ConvKind kind_at(Search p, int i) {
+  switch (p) {
+    case Search::kForward:
+      return ConvKind::kForward;
+    case Search::kBackwardFilter:
+      return ConvKind::kBackwardFilter;
+    case Search::kForwardAndData:
+      return i % 2 == 0 ? ConvKind::kForward : ConvKind::kBackwardData;
+    case Search::kForwardAndDataRuns:
+      return (i / 3) % 2 == 0 ? ConvKind::kForward : ConvKind::kBackwardData;
+  }
+  return ConvKind::kForward;
+}
+
+// `n` executions of layer 0, a set_stream before each; returns the seq of the last.
+uint64_t search_run(Sequence& s, Search p, int n) {
+  uint64_t last = 0;
+  for (int i = 0; i < n; ++i) last = s.conv(kind_at(p, i), 0);
+  return last;
+}
+
+}  // namespace
+
+TEST_CASE("iteration: a cudnn.benchmark search in iteration 1 is no iteration", "[iteration]") {
+  // Seen on an H100 (mobilenet_v3_small): three executions of one layer's forward in the search
+  // were taken for three forward-only iterations of 1 convolution (7 calls). Iteration 1 holds
+  // every search; iteration 2 is the first clean one.
+  const int runs = GENERATE(2, 3, 10, 40);
+  const bool resnet = GENERATE(false, true);
+  const auto layers = resnet ? resnet_like(2) : iota(4);
+  INFO("runs=" << runs << " layers=" << layers.size());
+  Sequence s;
+  s.benchmark(runs);
+  for (int it = 0; it < 5; ++it) s.training(layers, it == 0);
+  const auto& sp = s.spans();
+  const size_t per_step = 3 * layers.size() - 1;
+  REQUIRE(sp[1].convolutions == per_step);
+  REQUIRE(sp[0].convolutions > per_step);
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  INFO("detected [" << o.found->first_seq << ", " << o.found->end_seq << ") at " << o.fired_at << "; expected ["
+                    << sp[1].first_call << ", " << sp[2].first_call << ") at " << sp[3].first_conv);
+  CHECK(o.found->first_seq == sp[1].first_call);
+  CHECK(o.found->end_seq == sp[2].first_call);
+  CHECK(o.found->convolutions == per_step);
+  CHECK(o.fired_at == sp[3].first_conv);
+  CHECK(o.found->how == "auto");
+}
+
+TEST_CASE("iteration: one convolution executed over and over, then training, gives a training iteration",
+          "[iteration]") {
+  const Search p =
+      GENERATE(Search::kForward, Search::kBackwardFilter, Search::kForwardAndData, Search::kForwardAndDataRuns);
+  const int n = GENERATE(40, 1000);
+  INFO(name(p) << " x" << n);
+  Sequence s;
+  s.other();  // cudnnCreate
+  const uint64_t last_search = search_run(s, p, n);
+  const size_t search_events = s.events().size();
+  const auto layers = iota(4);
+  for (int it = 0; it < 4; ++it) s.training(layers, false);
+  const auto& sp = s.spans();
+
+  // The search alone is nothing, not even when the program ends there.
+  IterationDetector d;
+  const std::vector<Event> search(s.events().begin(), s.events().begin() + static_cast<std::ptrdiff_t>(search_events));
+  const std::vector<Event> training(s.events().begin() + static_cast<std::ptrdiff_t>(search_events), s.events().end());
+  const auto during = feed(search, d, false);
+  CHECK(during.detections == 0);
+  CHECK_FALSE(d.on_end().has_value());
+
+  // Then training iteration 1, from the call after the search's last execution, found when
+  // iteration 3 starts.
+  auto o = feed(training, d, false);
+  REQUIRE(o.found);
+  INFO("detected [" << o.found->first_seq << ", " << o.found->end_seq << ") at " << o.fired_at << "; expected ["
+                    << last_search + 1 << ", " << sp[1].first_call << ")");
+  CHECK(o.found->first_seq == last_search + 1);
+  CHECK(o.found->end_seq == sp[1].first_call);
+  CHECK(o.found->convolutions == 3 * 4 - 1);
+  CHECK(o.fired_at == sp[2].first_conv);
+  CHECK(o.found->how == "auto");
+}
+
+TEST_CASE("iteration: a network of one convolution layer is still found", "[iteration]") {
+  // PyTorch skips backward-data when the input needs no gradient; the weights' gradient is always
+  // there in training.
+  const bool with_data = GENERATE(false, true);
+  const int runs = GENERATE(0, 5);
+  INFO("with_data=" << with_data << " runs=" << runs);
+  Sequence s;
+  s.benchmark(runs);
+  for (int it = 0; it < 5; ++it) {
+    s.begin(it == 0);
+    s.conv(ConvKind::kForward, 0);
+    if (with_data) s.conv(ConvKind::kBackwardData, 0);
+    s.conv(ConvKind::kBackwardFilter, 0);
+    s.end();
+    s.other();
+  }
+  const auto& sp = s.spans();
+  const size_t per_step = with_data ? 3 : 2;
+  REQUIRE(sp[1].convolutions == per_step);
+
+  auto o = feed(s);
+  REQUIRE(o.found);
+  // Without a search iteration 1 repeats; a search makes iteration 2 the first clean one.
+  const size_t first = runs == 0 ? 0 : 1;
+  CHECK(o.found->first_seq == sp[first].first_call);
+  CHECK(o.found->end_seq == sp[first + 1].first_call);
+  CHECK(o.found->convolutions == per_step);
+  CHECK(o.fired_at == sp[first + 2].first_conv);
+  CHECK(o.found->how == "auto");
+}
+
+TEST_CASE("iteration: a long search of one convolution stays cheap", "[iteration]") {
+  const Search p =
+      GENERATE(Search::kForward, Search::kBackwardFilter, Search::kForwardAndData, Search::kForwardAndDataRuns);
+  INFO(name(p));
+  Sequence s;
+  search_run(s, p, 200000);
+  IterationDetector d;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto o = feed(s.events(), d, false);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN(name(p) << ", 200000 executions: " << secs << " s");
+  CHECK(o.detections == 0);
+  CHECK(secs < 20.0);  // no candidate period or segment window is kept or compared per execution
 }
 
 TEST_CASE("iteration: explicit boundaries", "[iteration]") {
