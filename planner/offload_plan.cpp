@@ -208,8 +208,10 @@ SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const Offlo
     l.last = bl.free_seq ? pos_of(*bl.free_seq) : (n ? n - 1 : 0);
     for (uint64_t s : bl.uses) l.uses.push_back(pos_of(s));
     const bool library = trace.buffers[bl.buffer].library;
-    l.movable = !library && bl.bytes >= options.granule;
-    l.bytes = l.movable ? round_up(bl.bytes, options.granule) : bl.bytes;
+    const bool own_granules = !library && bl.bytes >= options.granule;
+    const bool replayable = bl.alloc_seq.has_value() == bl.free_seq.has_value();
+    l.movable = own_granules && (replayable || !options.replayable_only);
+    l.bytes = own_granules ? round_up(bl.bytes, options.granule) : bl.bytes;
     m.lives.push_back(std::move(l));
   }
   return m;

@@ -42,6 +42,9 @@ std::optional<OffloadPolicy> offload_policy_from_name(std::string_view name);
 
 struct OffloadOptions {
   uint64_t granule = 2ull << 20;  // the arena's mapping granularity; smaller buffers never move
+  // Only buffers a later iteration can name move (Note [Replaying an offload plan]): those the span
+  // allocates and frees, and those alive through all of it.
+  bool replayable_only = false;
 };
 
 // One buffer's trip off the device, in positions (indexes of the span's calls, 0-based).

@@ -11,7 +11,9 @@
 #include "runtime/decode_conv.h"
 #include "runtime/log.h"
 #include "runtime/memory_access.h"
+#include "runtime/memory_manager.h"
 #include "runtime/no_destroy.h"
+#include "runtime/offload_replay.h"
 #include "runtime/process.h"
 #include "runtime/real_api.h"
 #include "runtime/stats.h"
@@ -53,7 +55,26 @@ bool touch_pointers(cudnnHandle_t handle, std::initializer_list<const void*> poi
 
 }  // namespace
 
-Engine::Engine(const Options& o) : features_(features_of(o.policy)), recorder_(RecorderConfig{o.get(kTrace)}) {
+namespace {
+
+// Under a device budget the recorded iteration becomes the offload plan (offload_replay.h).
+RecorderConfig recorder_config(const Options& o) {
+  RecorderConfig c;
+  c.trace_path = o.get(kTrace);
+  if (features_of(o.policy).own_memory) {
+    c.on_iteration = [policy = o.get(kOffloadPolicy)](const Trace& trace) {
+      memory::MemoryManager* m = memory::manager();
+      if (!m) return;
+      const std::string what = replay_recorded_iteration(trace, *m, policy);
+      if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);
+    };
+  }
+  return c;
+}
+
+}  // namespace
+
+Engine::Engine(const Options& o) : features_(features_of(o.policy)), recorder_(recorder_config(o)) {
   log_startup(o);
   // With memory owned, allocations, frees and every call's buffers join the recorded sequence.
   if (features_.record && features_.own_memory) Process::get().connect_recorder(&recorder_);

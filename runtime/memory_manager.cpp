@@ -60,6 +60,7 @@ void MemoryManager::recycle(Buffer* b) {
   b->streams.store(0);
   b->pinned.store(false);
   b->state.store(BufferState::kResident);
+  b->prefetch_action = -1;
   spare_.push_back(b);
 }
 
@@ -86,6 +87,13 @@ uint64_t MemoryManager::free_granules() const {
 std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream, Origin origin) {
   if (bytes == 0) return uint64_t{0};
   std::unique_lock<std::mutex> lock(mu_);
+  // The plan's copies due at this allocation first: they make its room.
+  Replayer* replay = replay_.load(std::memory_order_acquire);
+  if (replay) {
+    std::vector<Replayer::Due> due;
+    replay->on_alloc(bytes, due);
+    run_due(due);
+  }
   const pool::Lifetime lifetime = stream ? pool::Lifetime::kShort : pool::Lifetime::kLong;
   pool::TagSet waits;
   std::optional<pool::Allocation> a;
@@ -131,6 +139,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   if (a->fresh == 0) ++counters_.reused;
   counters_.fresh_bytes += a->fresh * arena_.granularity();
   if (OpSink* sink = recording_sink()) sink->allocated({b->serial, b->address, b->bytes, b->library}, stream);
+  if (replay) replay->bind(b);
   evict_ahead();
   return b->address;
 }
@@ -157,6 +166,11 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
   live_requested_ -= b->bytes;
   ++counters_.frees;
   if (OpSink* sink = recording_sink()) sink->freed({b->serial, b->address, b->bytes, b->library}, stream);
+  if (Replayer* replay = replay_.load(std::memory_order_acquire)) {
+    std::vector<Replayer::Due> due;
+    replay->on_free(b->bytes, due);
+    run_due(due);
+  }
   // The memory is reusable after the free in its stream's order; cudaFree (no stream) orders after
   // every stream that used the buffer and the legacy stream.
   pool::TagSet tags;
@@ -315,6 +329,51 @@ bool MemoryManager::wait_for_idle() {
   return true;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Replay of an offload plan (Note [Replaying an offload plan])
+
+void MemoryManager::install_replay(ReplayScript script) {
+  auto replay = std::make_unique<Replayer>(std::move(script));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [addr, b] : live_) replay->bind_persistent(b);
+  if (replay_owner_) replaced_.push_back(std::move(replay_owner_));  // hooks may still hold it
+  replay_owner_ = std::move(replay);
+  replay_.store(replay_owner_.get(), std::memory_order_release);
+}
+
+std::optional<ReplayStats> MemoryManager::replay_stats() const {
+  const Replayer* replay = replay_.load(std::memory_order_acquire);
+  return replay ? std::optional<ReplayStats>(replay->stats()) : std::nullopt;
+}
+
+// The plan's copies, with mu_ held. A buffer freed since it was named, or one that cannot move now
+// (pinned, in use, a graph being captured), is counted as missed; on-demand eviction covers it.
+void MemoryManager::run_due(const std::vector<Replayer::Due>& due) {
+  for (const Replayer::Due& d : due) {
+    Buffer* b = d.buffer;
+    if (!is_live(b) || b->serial != d.serial || eviction_paused() || capturing()) {
+      ++counters_.replay_missed;
+      continue;
+    }
+    if (d.kind == ReplayAction::kOffload) {
+      const bool can = b->large && !b->library && !b->pinned.load() && b->state.load() == BufferState::kResident &&
+                       !b->restoring.load() && b->in_use.load() == 0;
+      if (can && begin_evictions({b}) == 1)
+        ++counters_.planned_offloads;
+      else
+        ++counters_.replay_missed;
+      continue;
+    }
+    if (b->state.load() == BufferState::kResident) continue;  // never left, or back already
+    if (restore_locked(b, std::nullopt, false) == RestoreResult::kOk) {
+      ++counters_.prefetches;
+      if (b->restoring.load()) b->prefetch_action = static_cast<int32_t>(d.action);
+    } else {
+      ++counters_.replay_missed;
+    }
+  }
+}
+
 uint64_t MemoryManager::unevictable_bytes() const {
   uint64_t n = 0;
   for (const auto& [addr, b] : live_) {
@@ -336,7 +395,14 @@ bool MemoryManager::start_evictions(uint64_t granules) {
   }
   // A little more than asked: fewer rounds.
   const uint64_t slack = std::max<uint64_t>(1, *config_.device_budget / g / 50);
-  std::vector<Buffer*> victims = policy_->choose(std::move(candidates), (granules + slack) * g);
+  Replayer* replay = replay_.load(std::memory_order_acquire);
+  const uint64_t want = (granules + slack) * g;
+  return begin_evictions(replay && replay->synced() ? replay->choose(std::move(candidates), want)
+                                                    : policy_->choose(std::move(candidates), want)) > 0;
+}
+
+size_t MemoryManager::begin_evictions(const std::vector<Buffer*>& victims) {
+  const uint64_t g = arena_.granularity();
   // Mark first, then look for calls in progress (Note [Never unmap under a queued access]).
   for (Buffer* b : victims) b->state.store(BufferState::kEvicting, std::memory_order_seq_cst);
   std::vector<Buffer*> go;
@@ -356,7 +422,7 @@ bool MemoryManager::start_evictions(uint64_t granules) {
     evicting_.push_back(b);
     evicting_granules_ += b->span / g;
   }
-  return !started.empty();
+  return started.size();
 }
 
 // Under a budget, keeps room for the largest allocation seen (at least 1/16 of the budget, at most
@@ -364,6 +430,8 @@ bool MemoryManager::start_evictions(uint64_t granules) {
 // find their room without waiting for a copy.
 void MemoryManager::evict_ahead() {
   if (!config_.device_budget || eviction_paused()) return;
+  // A plan being followed keeps its own room (Note [Replaying an offload plan]).
+  if (const Replayer* replay = replay_.load(std::memory_order_acquire); replay && replay->synced()) return;
   reap();
   const uint64_t g = arena_.granularity();
   const uint64_t budget = *config_.device_budget / g;
@@ -397,7 +465,13 @@ RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, bool fa
 // A buffer restored for one stream: an access from another (or an unknown) stream is ordered
 // after the copy back.
 void MemoryManager::settle_restore(Buffer* b, StreamRef stream) {
-  if (order_.settled(b->ready)) {
+  const bool done = order_.settled(b->ready);
+  if (b->prefetch_action >= 0) {  // a planned copy back: late if not done by its use
+    Replayer* replay = replay_.load(std::memory_order_acquire);
+    if (!done && replay) replay->late(static_cast<uint32_t>(b->prefetch_action));
+    b->prefetch_action = -1;
+  }
+  if (done) {
     b->restoring.store(false);
     return;
   }
@@ -451,6 +525,15 @@ bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
 
 bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef stream, const char* api) {
   TouchScope scope;  // the hook's CallScope when it has one: the holds last until its work is queued
+  if (OpSink* sink = sink_.load(std::memory_order_acquire)) sink->poll();
+  if (Replayer* replay = replay_.load(std::memory_order_acquire)) {
+    std::vector<Replayer::Due> due;
+    replay->on_use(due);
+    if (!due.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      run_due(due);
+    }
+  }
   const uint64_t tick = next_tick();
   tracked_hits_.fetch_add(hits.size(), std::memory_order_relaxed);
   // An access whose stream is unknown is counted on the legacy stream (cudaFree orders after it).
@@ -780,13 +863,22 @@ std::string MemoryManager::summary() const {
       "stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={} "
-      "pinned={} graph_pinned={} ({}) foreign={}",
+      "pinned={} graph_pinned={} ({}) foreign={}{}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
       mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
       mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
       s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits, s.pinned_buffers, s.graph_pinned_buffers,
-      mib(s.graph_pinned_bytes), s.foreign_allocations);
+      mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s));
+}
+
+std::string MemoryManager::replay_summary(const ManagerStats& s) const {
+  const std::optional<ReplayStats> r = replay_stats();
+  if (!r) return "";
+  return fmt::format(
+      " replay: iterations={} syncs={} mismatches={} offloads={} prefetches={} late={} moved_earlier={} missed={}",
+      r->iterations, r->syncs, r->mismatches, s.planned_offloads, s.prefetches, r->late_prefetches, r->moved_earlier,
+      s.replay_missed);
 }
 
 }  // namespace vcudnn::memory

@@ -39,6 +39,7 @@
 #include "runtime/memory/eviction_policy.h"
 #include "runtime/memory/host_waits.h"
 #include "runtime/memory/op_sink.h"
+#include "runtime/memory/replay.h"
 #include "runtime/memory/residency.h"
 #include "runtime/memory/stream_order.h"
 #include "runtime/memory_access.h"
@@ -91,6 +92,10 @@ struct ManagerStats {
   uint64_t stream_waits = 0;  // stream-ordered waits made instead
   uint64_t fences = 0;        // events recorded
   double fragmentation = 0;
+  // Replay of an offload plan (replay.h).
+  uint64_t planned_offloads = 0;  // copies out started by the plan
+  uint64_t prefetches = 0;        // copies back started by the plan
+  uint64_t replay_missed = 0;     // planned copies whose buffer was gone or could not move
 };
 
 enum class Origin { kFramework, kLibrary };  // kLibrary: allocated by an NVIDIA library: never evicted
@@ -138,6 +143,10 @@ class MemoryManager {
   void pin_remembered(const void* owner, const char* api);
   // The recorder (while it records): allocations, frees and each call's buffers.
   void set_sink(OpSink* sink) { sink_.store(sink, std::memory_order_release); }
+  // Offload and prefetch from now on as `script` says (under a budget; on demand where the program
+  // strays from it). Replaces an earlier script.
+  void install_replay(ReplayScript script);
+  std::optional<ReplayStats> replay_stats() const;
   // A pointer query on an evicted buffer: mapped again (its copy back queued) before the driver answers.
   void prepare_query(uint64_t word, const char* api);
   void count_foreign(const char* api, uint64_t bytes);
@@ -179,7 +188,8 @@ class MemoryManager {
   ManagerStats stats() const;
   void reset_peak() { arena_.reset_peak(); }  // peak_mapped starts again from what is mapped now
   const HostWaitCounts& host_waits() const { return host_waits_; }
-  std::string summary() const;  // the exit line's "offload: ..." part
+  std::string summary() const;                              // the exit line's "offload: ..." part
+  std::string replay_summary(const ManagerStats& s) const;  // "" without a plan
   const char* policy_name() const { return policy_->name(); }
 
   using AccessRecord = AccessLog::Record;
@@ -208,6 +218,8 @@ class MemoryManager {
   void stop_evicting(Buffer* b);
   uint64_t unevictable_bytes() const;
   uint64_t restore_all_locked();  // every evicted buffer back and settled; returns how many
+  size_t begin_evictions(const std::vector<Buffer*>& victims);  // returns how many started
+  void run_due(const std::vector<Replayer::Due>& due);
   void pin_for_graph(const pool::HitList& hits);
 
   // The access path. Called without mu_.
@@ -237,6 +249,9 @@ class MemoryManager {
   std::atomic<uint32_t> captures_{0};       // stream captures in progress
   std::atomic<bool> opaque_graphs_{false};  // a graph vcudnn did not see captured was used
   std::atomic<OpSink*> sink_{nullptr};
+  std::unique_ptr<Replayer> replay_owner_;  // under mu_; an installed script is never freed before exit
+  std::vector<std::unique_ptr<Replayer>> replaced_;
+  std::atomic<Replayer*> replay_{nullptr};
   OpSink* recording_sink() const {
     OpSink* s = sink_.load(std::memory_order_acquire);
     return s && s->recording() ? s : nullptr;

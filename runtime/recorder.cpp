@@ -135,8 +135,7 @@ uint64_t identity_of(const TraceCall& c, const std::vector<TraceBuffer>& buffers
   h = mix(h ^ (static_cast<uint64_t>(c.conv) << 8) ^ (static_cast<uint64_t>(static_cast<uint32_t>(c.layer)) << 16));
   h = mix(h ^ static_cast<uint64_t>(static_cast<uint32_t>(c.name)));
   if (c.buffer >= 0) h = mix(h ^ buffers[static_cast<size_t>(c.buffer)].bytes);
-  for (const BufferAccess& a : c.accesses)
-    h = mix(h ^ buffers[a.buffer].bytes ^ (static_cast<uint64_t>(a.mode) << 62));
+  for (const BufferAccess& a : c.accesses) h = mix(h ^ buffers[a.buffer].bytes ^ (static_cast<uint64_t>(a.mode) << 62));
   return h;
 }
 
@@ -168,7 +167,8 @@ void Recorder::add_uses(std::vector<BufferAccess>& accesses, const memory::Buffe
     if (freed_.count(uses[i].buffer.serial)) continue;
     const uint32_t b = intern_buffer(uses[i].buffer);
     const auto mode = static_cast<uint8_t>(uses[i].mode & 3);
-    const auto it = std::find_if(accesses.begin(), accesses.end(), [&](const BufferAccess& a) { return a.buffer == b; });
+    const auto it =
+        std::find_if(accesses.begin(), accesses.end(), [&](const BufferAccess& a) { return a.buffer == b; });
     if (it != accesses.end())
       it->mode = static_cast<AccessMode>(static_cast<uint8_t>(it->mode) | mode);
     else
@@ -450,7 +450,7 @@ void Recorder::on_detected(const DetectedIteration& it) {
   phase_.store(kResolving, std::memory_order_relaxed);
   VCUDNN_LOG_INFO("iteration found ({}): calls {}..{} ({} calls, {} convolutions); recording stopped", it.how,
                   it.first_seq, it.end_seq, it.end_seq - it.first_seq, it.convolutions);
-  if (resolve(false)) complete(false);
+  // Completed by the next poll(), outside this lock (on_iteration).
 }
 
 void Recorder::stop_without_iteration(const std::string& why) {
@@ -458,14 +458,17 @@ void Recorder::stop_without_iteration(const std::string& why) {
   phase_.store(kResolving, std::memory_order_relaxed);
   VCUDNN_LOG_WARN("{}; recording stopped. Call vcudnnIterationBoundary() after each iteration to mark them.", why);
   outcome_ = why;
-  if (resolve(false)) complete(false);
 }
 
 void Recorder::poll_slow() {
   safely("poll", [&] {
-    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock() || phase_.load(std::memory_order_relaxed) != kResolving) return;
-    if (resolve(false)) complete(false);
+    std::optional<Trace> trace;
+    {
+      std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+      if (!lock.owns_lock() || phase_.load(std::memory_order_relaxed) != kResolving) return;
+      if (resolve(false)) trace = complete(false);
+    }
+    if (trace && config_.on_iteration) config_.on_iteration(*trace);
   });
 }
 
@@ -495,7 +498,7 @@ bool Recorder::resolve(bool final) {
   return true;
 }
 
-void Recorder::complete(bool final) {
+std::optional<Trace> Recorder::complete(bool final) {
   phase_.store(kDone, std::memory_order_relaxed);
   Trace trace = build_trace();
   size_t timed = 0, convs = 0;
@@ -525,6 +528,8 @@ void Recorder::complete(bool final) {
   outcome_ = what + (final ? " (at exit)" : "");
   calls_.clear();
   calls_.shrink_to_fit();
+  if (!trace.complete) return std::nullopt;
+  return trace;
 }
 
 Trace Recorder::build_trace() const {
@@ -597,7 +602,7 @@ void Recorder::finish() {
     }
     if (phase_.load(std::memory_order_relaxed) == kResolving) {
       resolve(/*final=*/true);
-      complete(/*final=*/true);
+      (void)complete(/*final=*/true);
     }
   });
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,14 +21,17 @@
 #include "runtime/backend_shadow.h"
 #include "runtime/conv_call.h"
 #include "runtime/event_pool.h"
-#include "runtime/memory/op_sink.h"
 #include "runtime/iteration_detector.h"
+#include "runtime/memory/op_sink.h"
 
 namespace vcudnn {
 
 struct RecorderConfig {
   std::string trace_path;  // empty: detect and log, write nothing
   size_t max_calls = 200000;
+  // Called once with the complete iteration, while the program runs (not at exit), on the hook
+  // thread that resolved it, with no lock of the recorder's held: the offload plan is made there.
+  std::function<void(const Trace&)> on_iteration;
 };
 
 // Also the memory runtime's OpSink: allocations, frees and the buffers of every tracked call join
@@ -74,7 +78,7 @@ class Recorder : public memory::OpSink {
 
   void explicit_boundary();
   // Cheap when there is nothing to do; resolves GPU times and writes the trace once ready.
-  void poll() {
+  void poll() noexcept override {
     if (phase_.load(std::memory_order_relaxed) == kResolving) poll_slow();
   }
   // Process exit: close the last segment, take what GPU times are ready, write the trace.
@@ -105,7 +109,7 @@ class Recorder : public memory::OpSink {
               bool exec);
   int32_t intern_layer(const ConvLayer& layer);
   uint32_t intern_buffer(const memory::BufferRef& b);  // mu_ held
-  int32_t intern_name(const char* name);                // mu_ held
+  int32_t intern_name(const char* name);               // mu_ held
   void append_memory_op(CallKind kind, const char* api, std::optional<cudaStream_t> stream,
                         const memory::BufferRef* buffer, const memory::BufferUse* uses, size_t n);
   std::vector<BufferAccess> take_conv_accesses();
@@ -118,7 +122,8 @@ class Recorder : public memory::OpSink {
   // Resolves pending events in order; with `final`, unready ones become null. True when every
   // call of the iteration has its time (or never will).
   bool resolve(bool final);
-  void complete(bool final);
+  // Builds and writes the trace; returns it when complete (for on_iteration).
+  std::optional<Trace> complete(bool final);
   Trace build_trace() const;
   uint64_t now_ns() const;
 

@@ -21,6 +21,7 @@
 #include "planner/lifetimes.h"
 #include "planner/offload_plan.h"
 #include "planner/output_file.h"
+#include "planner/replay_script.h"
 #include "planner/trace.h"
 #include "pool/budget.h"
 #include "runtime/options.h"
@@ -204,6 +205,7 @@ int run_trace(const std::string& path, bool require_complete) {
 // setting, 3 when the budget is below the least any plan needs (the message names it).
 struct PlanRequest {
   std::string path, budget, policy = "all", json, plot, timeline;
+  bool replay = false;
   double d2h_gbps = 0, h2d_gbps = 0, both_gbps = 0;  // 0: the trace's, else kAssumedLink
   double call_ms = 0;                                // a call the trace did not time
 };
@@ -319,6 +321,31 @@ int run_plan(PlanRequest q) {
       }
     }
   }
+  if (q.replay) {  // what the runtime would follow (offload_replay.h): buffers a later iteration can name
+    OffloadOptions o;
+    o.replayable_only = true;
+    const SpanModel rm = span_model(t, l, o);
+    for (OffloadPolicy policy : policies) {
+      auto plan = plan_offload(t, l, *budget, policy, o, link, q.call_ms);
+      if (!plan) {
+        fmt::print("replay {}: no plan: {}\n", offload_policy_name(policy), plan.error().message);
+        continue;
+      }
+      schedule_prefetches(t, rm, plan.value(), link, q.call_ms);
+      const auto script = replay_script(t, l, rm, plan.value());
+      if (!script) {
+        fmt::print("replay {}: {}\n", offload_policy_name(policy), script.error().message);
+        continue;
+      }
+      size_t persistent = 0;
+      for (const ReplayTarget& target : script->targets) persistent += target.persistent ? 1 : 0;
+      fmt::print(
+          "replay {}: {} memory events and {} allocations/frees per iteration, found by its first {}; {} buffers "
+          "move ({} alive through the iteration), {} each way; peak {}{}\n",
+          offload_policy_name(policy), script->events, script->steps.size(), script->anchor, script->targets.size(),
+          persistent, mib_text(script->bytes_moved), mib_text(plan->peak_bytes), plan->fits ? "" : " (does NOT fit)");
+    }
+  }
   if (untimed)
     fmt::print("{} of {} calls have no GPU time in the trace (it times convolutions only so far): counted as {} ms\n",
                untimed, m.seqs.size(), q.call_ms);
@@ -414,6 +441,9 @@ int main(int argc, char** argv) {
   plan->add_option("--json", plan_request.json, "write the plans (moves, device bytes per call, times) to this file");
   plan->add_option("--plot", plan_request.plot, "draw device memory with and without each plan into this PNG");
   plan->add_option("--timeline", plan_request.timeline, "write vcudnn's plan as a Chrome trace JSON (three lanes)");
+  plan->add_flag("--replay", plan_request.replay,
+                 "also plan as the runtime does (only buffers a later iteration can name move) and say what it "
+                 "would follow");
   plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");

@@ -19,11 +19,11 @@ enum class BufferState : uint8_t {
 
 struct Buffer {
   uint64_t address = 0;
-  uint64_t bytes = 0;   // requested
-  uint64_t span = 0;    // occupied in the arena
-  uint64_t serial = 0;  // allocation sequence number (the access log's buffer id)
-  bool large = false;   // whole granules of its own: evictable
-  bool library = false;  // allocated by an NVIDIA library: never evicted
+  uint64_t bytes = 0;               // requested
+  uint64_t span = 0;                // occupied in the arena
+  uint64_t serial = 0;              // allocation sequence number (the access log's buffer id)
+  bool large = false;               // whole granules of its own: evictable
+  bool library = false;             // allocated by an NVIDIA library: never evicted
   std::atomic<bool> pinned{false};  // a library keeps a pointer into it: never evicted
   std::atomic<BufferState> state{BufferState::kResident};
   std::atomic<uint64_t> last_use{0};  // global tick of its latest access
@@ -32,9 +32,10 @@ struct Buffer {
   std::atomic<uint64_t> streams{0};
   // A restore copy may still be in flight: an access must be ordered after `ready` first.
   std::atomic<bool> restoring{false};
-  pool::FreeTag ready;                 // the restore copy's end on the transfer stream
-  pool::FreeTag copied_out;            // the eviction copy's end on the transfer stream
-  std::vector<pool::HostBlock> host;   // where its bytes are while evicting / evicted
+  pool::FreeTag ready;                // the restore copy's end on the transfer stream
+  pool::FreeTag copied_out;           // the eviction copy's end on the transfer stream
+  std::vector<pool::HostBlock> host;  // where its bytes are while evicting / evicted
+  int32_t prefetch_action = -1;       // a planned copy back in flight: its action (replay.h)
 };
 
 }  // namespace vcudnn::memory

@@ -12,34 +12,13 @@
 #include "runtime/memory_manager.h"
 #include "runtime/recorder.h"
 #include "tests/common/test_util.h"
+#include "tests/cpu/graph_conv_builder.h"
 #include "tests/cpu/sim_device.h"
 
 using namespace vcudnn;
+using test::conv_of;
 
 namespace {
-
-GraphConv conv_of(ConvKind kind, int64_t channels, int64_t engine) {
-  GraphConv g;
-  g.kind = kind;
-  ConvLayer& l = g.layer;
-  l.x = {CUDNN_DATA_FLOAT, 4, {8, channels, 16, 16}, {channels * 256, 256, 16, 1}};
-  l.y = {CUDNN_DATA_FLOAT, 4, {8, channels, 16, 16}, {channels * 256, 256, 16, 1}};
-  l.w = {CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, {channels, channels, 3, 3}};
-  l.conv.spatial_dims = 2;
-  l.conv.pad = {1, 1};
-  l.conv.stride = {1, 1};
-  l.conv.dilation = {1, 1};
-  l.conv.mode = CUDNN_CROSS_CORRELATION;
-  l.conv.compute_type = CUDNN_DATA_FLOAT;
-  l.conv.math_type = -1;
-  g.x = 0x7000000000 + static_cast<uint64_t>(channels) * 0x1000;
-  g.w = g.x + 0x100;
-  g.y = g.x + 0x200;
-  g.workspace = 0x7100000000;
-  g.workspace_bytes = 4096 * channels;
-  g.engine = engine;
-  return g;
-}
 
 constexpr uint64_t kMiB = 1 << 20;
 
@@ -59,7 +38,7 @@ struct OwnedRecording {
   memory::MemoryManager m{dev, dev, dev, config()};
   test::TempDir tmp;
   std::string path = tmp.file("trace.json");
-  Recorder r{RecorderConfig{path}};
+  Recorder r{RecorderConfig{path, 200000, nullptr}};
   memory::Stream s = test::SimDevice::stream(1);
 
   OwnedRecording() {
@@ -81,12 +60,11 @@ struct OwnedRecording {
 TEST_CASE("recorder: graph-API convolutions alone make an iteration, recorded with every field", "[trace][shadow]") {
   test::TempDir tmp;
   const std::string path = tmp.file("graph.json");
-  Recorder r(RecorderConfig{path});
+  Recorder r(RecorderConfig{path, 200000, nullptr});
   // Two layers: forward 16 then 32 channels, backward in reverse; three iterations.
   const std::vector<GraphConv> step = {
-      conv_of(ConvKind::kForward, 16, 7),        conv_of(ConvKind::kForward, 32, 8),
-      conv_of(ConvKind::kBackwardData, 32, 9),   conv_of(ConvKind::kBackwardFilter, 32, 10),
-      conv_of(ConvKind::kBackwardFilter, 16, 11)};
+      conv_of(ConvKind::kForward, 16, 7), conv_of(ConvKind::kForward, 32, 8), conv_of(ConvKind::kBackwardData, 32, 9),
+      conv_of(ConvKind::kBackwardFilter, 32, 10), conv_of(ConvKind::kBackwardFilter, 16, 11)};
   for (int iteration = 0; iteration < 3; ++iteration) {
     for (const GraphConv& g : step) {
       Recorder::ConvProbe probe = r.before_graph_convolution(nullptr, g);
@@ -149,8 +127,8 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
     }
     REQUIRE(m.free(*act, s));
   }
-  INFO(r.outcome());
   const auto t = o.finish();
+  INFO(r.outcome());
   REQUIRE(t.ok());
   const Trace& trace = t.value();
   REQUIRE(trace.complete);
@@ -224,6 +202,6 @@ TEST_CASE("recorder: an iteration without convolutions is found from the operati
   // One step: 6 x (alloc + 2 uses) forward, 6 x (2 uses + free) backward, one optimizer launch.
   CHECK(trace.end_seq - trace.first_seq == 6 * 3 + 6 * 3 + 1);
   const Lifetimes l = lifetimes(trace);
-  CHECK(l.allocated_bytes == 6 * 4 * kMiB);                   // the step's activations
-  CHECK(l.peak_bytes == l.existing_bytes + 6 * 4 * kMiB);     // all six held at the turn
+  CHECK(l.allocated_bytes == 6 * 4 * kMiB);                // the step's activations
+  CHECK(l.peak_bytes == l.existing_bytes + 6 * 4 * kMiB);  // all six held at the turn
 }

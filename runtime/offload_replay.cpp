@@ -1,0 +1,65 @@
+// From the recorded iteration to a replayed offload plan (offload_replay.h).
+#include "runtime/offload_replay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "planner/lifetimes.h"
+#include "planner/offload_plan.h"
+#include "planner/replay_script.h"
+#include "runtime/memory_manager.h"
+
+namespace vcudnn {
+namespace {
+
+std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+// A call the trace has no GPU time for (it times convolutions only) counts as a small kernel when
+// prefetches are placed; late ones move earlier at run time.
+constexpr double kUntimedCallMs = 0.005;
+
+}  // namespace
+
+std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name) {
+  if (!manager.budget()) return "";
+  if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
+  const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
+  if (!policy) return "unknown VCUDNN_OFFLOAD_POLICY " + name + "; eviction stays on demand";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Lifetimes lt = lifetimes(trace);
+  OffloadOptions options;
+  options.granule = manager.granularity();
+  options.replayable_only = true;
+  const LinkModel link =
+      trace.link ? LinkModel{trace.link->device_to_host, trace.link->host_to_device, trace.link->both} : kAssumedLink;
+  // The plan leaves 1/16 of the budget for what the model does not see: buffers below a granule
+  // share granules, and freed memory stays mapped until reused.
+  const uint64_t budget = *manager.budget();
+  uint64_t target = budget - budget / 16;
+  Result<OffloadPlan> plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
+  if (!plan) {
+    target = budget;
+    plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
+  }
+  if (!plan) return "no " + name + " plan for the budget: " + plan.error().message + "; eviction stays on demand";
+  const SpanModel model = span_model(trace, lt, options);
+  schedule_prefetches(trace, model, plan.value(), link, kUntimedCallMs);
+  Result<ReplayScript> script = replay_script(trace, lt, model, plan.value());
+  if (!script) return "the " + name + " plan cannot be replayed: " + script.error().message;
+  if (script->anchor == 0)
+    return "the recorded iteration has no unique start among its allocations; eviction stays on demand";
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::string what = fmt::format(
+      "{} plan from the recorded iteration ({} calls, {} memory events): {} buffers out and back, {} each way per "
+      "iteration; predicted peak {} for {} (the budget {} less room for small buffers){}; least budget of any plan "
+      "{}; made in {:.1f} ms; replayed from the next iteration",
+      name, trace.calls.size(), script->events, script->targets.size(), mib(script->bytes_moved), mib(plan->peak_bytes),
+      mib(target), mib(budget), plan->fits ? "" : " (does NOT fit: the rest is evicted on demand)",
+      mib(offload_bound(model).least_bytes), ms);
+  manager.install_replay(std::move(script.value()));
+  return what;
+}
+
+}  // namespace vcudnn
