@@ -876,9 +876,11 @@ std::string MemoryManager::replay_summary(const ManagerStats& s) const {
   const std::optional<ReplayStats> r = replay_stats();
   if (!r) return "";
   return fmt::format(
-      " replay: iterations={} syncs={} mismatches={} offloads={} prefetches={} late={} moved_earlier={} missed={}",
-      r->iterations, r->syncs, r->mismatches, s.planned_offloads, s.prefetches, r->late_prefetches, r->moved_earlier,
-      s.replay_missed);
+             " replay: iterations={} syncs={} mismatches={} skipped_steps={} extra_steps={} offloads={} prefetches={} "
+             "late={} moved_earlier={} missed={}",
+             r->iterations, r->syncs, r->mismatches, r->skipped_steps, r->extra_steps, s.planned_offloads, s.prefetches,
+             r->late_prefetches, r->moved_earlier, s.replay_missed) +
+         (r->first_mismatch.empty() ? "" : " (first stray: " + r->first_mismatch + ")");
 }
 
 }  // namespace vcudnn::memory

@@ -38,13 +38,27 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   // share granules, and freed memory stays mapped until reused.
   const uint64_t budget = *manager.budget();
   uint64_t target = budget - budget / 16;
+  const SpanModel model = span_model(trace, lt, options);
   Result<OffloadPlan> plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
   if (!plan) {
     target = budget;
     plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
   }
+  // Some calls need more than the budget in the plan's model (an optimizer's loop uses every
+  // parameter a call apart, which no plan moves, though on-demand eviction can): the plan then
+  // brings every other call under the least it can, and on-demand eviction covers the rest.
+  const uint64_t least = offload_bound(model).least_bytes + options.granule;
+  const std::vector<uint64_t> without = simulate(model, {});
+  const uint64_t peak = without.empty() ? 0 : *std::max_element(without.begin(), without.end());
+  bool partial = false;
+  if (!plan) {
+    partial = true;
+    for (target = std::max(target, least); target < peak; target += std::max(options.granule, budget / 32)) {
+      plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
+      if (plan) break;
+    }
+  }
   if (!plan) return "no " + name + " plan for the budget: " + plan.error().message + "; eviction stays on demand";
-  const SpanModel model = span_model(trace, lt, options);
   schedule_prefetches(trace, model, plan.value(), link, kUntimedCallMs);
   Result<ReplayScript> script = replay_script(trace, lt, model, plan.value());
   if (!script) return "the " + name + " plan cannot be replayed: " + script.error().message;
@@ -53,11 +67,14 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::string what = fmt::format(
       "{} plan from the recorded iteration ({} calls, {} memory events): {} buffers out and back, {} each way per "
-      "iteration; predicted peak {} for {} (the budget {} less room for small buffers){}; least budget of any plan "
-      "{}; made in {:.1f} ms; replayed from the next iteration",
+      "iteration; predicted peak {} for {}{}{}; least budget of any plan {}; made in {:.1f} ms; replayed from the "
+      "next iteration",
       name, trace.calls.size(), script->events, script->targets.size(), mib(script->bytes_moved), mib(plan->peak_bytes),
-      mib(target), mib(budget), plan->fits ? "" : " (does NOT fit: the rest is evicted on demand)",
-      mib(offload_bound(model).least_bytes), ms);
+      mib(target),
+      partial
+          ? fmt::format(" (above the budget of {}: calls that need more are served by on-demand eviction)", mib(budget))
+          : fmt::format(" (the budget {} less room for small buffers)", mib(budget)),
+      plan->fits ? "" : " (does NOT fit: the rest is evicted on demand)", mib(least - options.granule), ms);
   manager.install_replay(std::move(script.value()));
   return what;
 }

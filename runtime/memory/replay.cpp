@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 namespace vcudnn::memory {
 
 Replayer::Replayer(ReplayScript script) : script_(std::move(script)) {
@@ -93,6 +95,17 @@ void Replayer::late(uint32_t action) {
   reorder_ = true;
 }
 
+std::string Replayer::describe_mismatch(const Seen& seen) const {
+  const auto text = [](bool alloc, uint64_t bytes) {
+    return fmt::format("{} {:.2f} MiB", alloc ? "alloc" : "free", static_cast<double>(bytes) / (1 << 20));
+  };
+  std::string expected;
+  for (size_t k = step_; k < script_.steps.size() && k < step_ + 3; ++k)
+    expected += (expected.empty() ? "" : ", ") + text(script_.steps[k].alloc, script_.steps[k].bytes);
+  return fmt::format("step {} of {} (event {}): {} where the script has {}", step_, script_.steps.size(), event_,
+                     text(seen.alloc, seen.bytes), expected.empty() ? "no more steps" : expected);
+}
+
 bool Replayer::matches(size_t step, const Seen& s) const {
   return step < script_.steps.size() && script_.steps[step].alloc == s.alloc && script_.steps[step].bytes == s.bytes;
 }
@@ -101,21 +114,30 @@ bool Replayer::matches(size_t step, const Seen& s) const {
 void Replayer::on_event(const Seen* step, std::vector<Due>& due) {
   if (script_.anchor == 0 || script_.steps.empty()) return;
   if (!synced_) {
+    if (step && after_first_mismatch_ > 0) {  // what came instead, for the log
+      --after_first_mismatch_;
+      stats_.first_mismatch +=
+          fmt::format("{} {} {:.2f} MiB", after_first_mismatch_ == 5 ? "; then" : ",", step->alloc ? "alloc" : "free",
+                      static_cast<double>(step->bytes) / (1 << 20));
+    }
     if (step) look_for_start(*step);
     return;
   }
   if (step) {
-    if (!matches(step_, *step)) {
-      // Fewer uses at the end of the iteration than recorded: the next one begins.
-      if (step_ == script_.steps.size() && matches(0, *step)) {
-        ++stats_.iterations;
-        begin_iteration();
-      } else {
-        ++stats_.mismatches;
+    switch (place(*step)) {
+      case Place::kExpected:
+        break;
+      case Place::kExtra:  // not in the script: passed over, the position unchanged
+        ++stats_.extra_steps;
+        return;
+      case Place::kLost:
+        if (stats_.mismatches++ == 0) {
+          stats_.first_mismatch = describe_mismatch(*step);
+          after_first_mismatch_ = 6;
+        }
         lose();
         look_for_start(*step);
         return;
-      }
     }
     event_ = script_.steps[step_].event;  // the step says where the iteration is
   }
@@ -132,6 +154,33 @@ void Replayer::on_event(const Seen* step, std::vector<Due>& due) {
       event_ = script_.events - 1;  // more uses than recorded: the remaining steps set the position
     }
   }
+}
+
+// Where a step seen while synced belongs (Note [Replaying an offload plan]): the one expected, one
+// a few steps ahead (those between never came: the recorded iteration was the first, which
+// allocates state once), the first of the next iteration (the last few never came), or none: a
+// step the script does not have, passed over unless too many come in a row.
+Replayer::Place Replayer::place(const Seen& s) {
+  if (matches(step_, s)) {
+    extras_in_row_ = 0;
+    return Place::kExpected;
+  }
+  for (size_t k = 1; k <= kLookahead && step_ + k < script_.steps.size(); ++k) {
+    if (!matches(step_ + k, s)) continue;
+    for (size_t j = step_; j < step_ + k; ++j) allocs_ += script_.steps[j].alloc ? 1 : 0;
+    stats_.skipped_steps += k;
+    step_ += k;
+    extras_in_row_ = 0;
+    return Place::kExpected;
+  }
+  if (script_.steps.size() - step_ <= kLookahead && matches(0, s)) {
+    stats_.skipped_steps += script_.steps.size() - step_;
+    ++stats_.iterations;
+    begin_iteration();
+    extras_in_row_ = 0;
+    return Place::kExpected;
+  }
+  return ++extras_in_row_ <= kLookahead ? Place::kExtra : Place::kLost;
 }
 
 void Replayer::fire(std::vector<Due>& due) {

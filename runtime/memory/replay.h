@@ -20,13 +20,16 @@
 namespace vcudnn::memory {
 
 struct ReplayStats {
-  uint64_t iterations = 0;  // iterations followed to their end
-  uint64_t syncs = 0;       // times the start of an iteration was found
-  uint64_t mismatches = 0;  // allocations or frees that differed from the script (then on demand)
+  uint64_t iterations = 0;     // iterations followed to their end
+  uint64_t syncs = 0;          // times the start of an iteration was found
+  uint64_t mismatches = 0;     // allocations or frees that differed from the script (then on demand)
+  uint64_t skipped_steps = 0;  // steps of the script that did not come (a few in a row are passed over)
+  uint64_t extra_steps = 0;    // steps the script does not have (a few in a row are passed over)
   uint64_t offloads_due = 0;
   uint64_t prefetches_due = 0;
   uint64_t late_prefetches = 0;  // copies back not done when their buffer was used (moved earlier)
   uint64_t moved_earlier = 0;    // prefetches moved earlier by the lateness feedback
+  std::string first_mismatch;    // where the program first strayed from the script, for the log
 };
 
 class Replayer {
@@ -72,6 +75,10 @@ class Replayer {
   // All with mu_ held.
   void on_event(const Seen* step, std::vector<Due>& due);
   bool matches(size_t step, const Seen& s) const;
+  enum class Place { kExpected, kExtra, kLost };
+  static constexpr size_t kLookahead = 8;
+  Place place(const Seen& s);
+  std::string describe_mismatch(const Seen& seen) const;
   void look_for_start(const Seen& s);
   void lose();
   void begin_iteration();
@@ -84,12 +91,14 @@ class Replayer {
   std::vector<uint32_t> order_;                          // action indexes by event (actions keep their index)
   mutable std::mutex mu_;
   bool synced_ = false;
-  size_t step_ = 0;          // the next step expected
-  uint32_t event_ = 0;       // the next event's index
-  size_t next_action_ = 0;   // the first of order_ not fired this iteration
-  uint32_t allocs_ = 0;      // allocations this iteration
-  int64_t last_alloc_ = -1;  // the latest allocation's index this iteration, until bind(); -1 none
-  bool reorder_ = false;     // an action's event changed: sort at the next iteration
+  size_t step_ = 0;               // the next step expected
+  uint32_t event_ = 0;            // the next event's index
+  size_t next_action_ = 0;        // the first of order_ not fired this iteration
+  uint32_t allocs_ = 0;           // allocations this iteration
+  int64_t last_alloc_ = -1;       // the latest allocation's index this iteration, until bind(); -1 none
+  int after_first_mismatch_ = 0;  // steps still to add to stats_.first_mismatch
+  size_t extras_in_row_ = 0;      // steps not in the script seen in a row
+  bool reorder_ = false;          // an action's event changed: sort at the next iteration
   std::vector<Buffer*> slot_;
   std::vector<uint64_t> slot_serial_;
   struct Named {

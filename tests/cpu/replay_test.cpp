@@ -308,20 +308,52 @@ TEST_CASE(
   CHECK(r.stats().iterations == 3);
   CHECK(r.stats().syncs == 1);
 
-  // A stray allocation (an evaluation step, say): nothing is due until the next iteration starts.
+  // Steps the script does not have, a few in a row (a tensor the loop keeps, say): passed over.
+  loop.dues.clear();
+  loop.event = 0;
+  loop.alloc(1);
+  loop.use();
+  loop.alloc(5);  // not in the script
+  loop.free(5);   // not in the script
+  loop.alloc(2);
+  loop.use();
+  loop.free(2);
+  loop.use();
+  loop.free(1);
+  loop.use();
+  CHECK(r.synced());
+  CHECK(r.stats().extra_steps == 2);
+  CHECK(loop.dues.size() == 4);
+
+  // Steps of the script that never come (the recorded iteration was the first, which allocated
+  // state once): passed over; the allocations after them keep their indexes.
+  loop.dues.clear();
+  loop.event = 0;
+  memory::Buffer* first = loop.alloc(1);
+  loop.use();
+  loop.use();  // alloc(2) and free(2) never come
+  loop.free(1);
+  loop.use();
+  CHECK(r.synced());
+  CHECK(r.stats().skipped_steps == 2);
+  REQUIRE(loop.dues.size() == 4);
+  CHECK(loop.dues[1].second.buffer == first);
+
+  // A stray run longer than the lookahead (an evaluation pass): nothing is due until the next
+  // iteration starts, and the log says where the program strayed.
   loop.dues.clear();
   loop.alloc(1);
-  loop.alloc(5);
+  for (int k = 0; k < 12; ++k) loop.alloc(5);
   CHECK_FALSE(r.synced());
   CHECK(r.stats().mismatches == 1);
-  loop.use();
-  loop.free(5);
+  CHECK_THAT(r.stats().first_mismatch, Catch::Contains("alloc 0.00 MiB where the script has alloc 0.00 MiB"));
+  for (int k = 0; k < 12; ++k) loop.free(5);
   loop.free(1);
-  CHECK(loop.dues.empty());
+  const size_t before = loop.dues.size();
   loop.event = 0;
   loop.iteration();
   CHECK(r.synced());
-  CHECK(loop.dues.size() == 4);
+  CHECK(loop.dues.size() == before + 4);
   CHECK(r.stats().syncs == 2);
 
   // Fewer uses at the end than recorded: the next iteration's first step still starts it; more
