@@ -34,6 +34,7 @@ struct Model {
   // allocator (vcudnn owns its segments), which CUDA graph trees need (PyTorch's cudaMallocAsync
   // backend lacks checkPoolLiveAllocations).
   std::string alloc_conf = kAllocConf;
+  int steps = kSteps;
 };
 
 struct Run {
@@ -81,7 +82,7 @@ Run train(const Model& m, const std::string& tag, const TempDir& tmp, bool prelo
                                 "--batch",
                                 std::to_string(m.batch),
                                 "--steps",
-                                std::to_string(kSteps),
+                                std::to_string(m.steps),
                                 "--seed",
                                 "0",
                                 "--json",
@@ -134,7 +135,7 @@ void require_ran(const Model& m, const Run& r) {
   INFO(describe(r));
   REQUIRE(r.proc.exit_code == 0);
   REQUIRE(r.result.is_object());
-  REQUIRE(r.result.at("losses").size() == kSteps);
+  REQUIRE(r.result.at("losses").size() == static_cast<size_t>(m.steps));
   CHECK(r.result.at("finite").get<bool>());
   CHECK(r.result.at("deterministic").get<bool>());
   CHECK(r.result.at("allocator_backend") == (m.alloc_conf.empty() ? "native" : "cudaMallocAsync"));
@@ -148,6 +149,15 @@ std::optional<uint64_t> untracked_launches(const Run& r) {
   const auto at = lines.back().find("untracked_launches=");
   if (at == std::string::npos) return std::nullopt;
   return std::stoull(lines.back().substr(at + std::strlen("untracked_launches=")));
+}
+
+// A count from the exit line ("key=N"); nullopt when the line or the key is missing.
+std::optional<uint64_t> exit_count(const Run& r, const std::string& key) {
+  const auto lines = grep(r.log, "exit: ");
+  if (lines.empty()) return std::nullopt;
+  const auto at = lines.back().find(" " + key + "=");
+  if (at == std::string::npos) return std::nullopt;
+  return std::stoull(lines.back().substr(at + key.size() + 2));
 }
 
 void require_owned(const Run& r) {
@@ -176,7 +186,7 @@ void check_model(const Model& m) {
   CHECK(alone.result.at("vcudnn").is_null());
   std::string variant;
   for (const auto& a : m.extra) variant += " " + a;
-  WARN(m.name << variant << " batch " << m.batch << ", " << kSteps << " steps\n" << numbers(alone));
+  WARN(m.name << variant << " batch " << m.batch << ", " << m.steps << " steps\n" << numbers(alone));
   if (m.alone_twice) {  // bitwise comparison means something only if PyTorch alone repeats itself
     const Run again = train(m, "alone2", tmp, false);
     require_ran(m, again);
@@ -223,7 +233,48 @@ void check_model(const Model& m) {
   CHECK(tight.result.at("losses") == alone.result.at("losses"));
 }
 
+// Planned offload (Note [Replaying an offload plan]): under each budget (a percentage of the same
+// base as check_model's), the first recorded iteration becomes vcudnn's plan, which the iterations
+// after follow; losses bit-identical, the budget held, the plan made and followed.
+void check_planned(const Model& m, const std::vector<int>& percents) {
+  TempDir tmp;
+  const Run alone = train(m, "alone", tmp, false);
+  require_ran(m, alone);
+  WARN(m.name << " batch " << m.batch << ", " << m.steps << " steps\n" << numbers(alone));
+  const Run owned = train(m, "owned", tmp, true);
+  require_ran(m, owned);
+  require_owned(owned);
+  const auto& live_json = alone.result.at("max_memory_allocated");
+  const uint64_t live = live_json.is_number() ? live_json.get<uint64_t>() : 0;
+  const uint64_t mapped = mem_stat(owned, "peakMappedBytes");
+  const uint64_t base = live > 0 ? std::min(mapped, live) : mapped;
+  for (int pct : percents) {
+    const uint64_t budget = base * static_cast<uint64_t>(pct) / 100;
+    const Run r = train(m, "plan" + std::to_string(pct), tmp, true, budget);
+    require_ran(m, r);
+    require_owned(r);
+    WARN(pct << "% = " << budget / kMiB << " MiB: " << numbers(r));
+    INFO(describe(r));
+    CHECK(r.result.at("losses") == alone.result.at("losses"));
+    CHECK(mem_stat(r, "peakMappedBytes") <= budget);
+    CHECK(r.result.at("vcudnn_first_step").at("peakMappedBytes").get<uint64_t>() <= budget);
+    CHECK(!grep(r.log, "offload: vcudnn plan from the recorded iteration").empty());
+    CHECK(exit_count(r, "iterations").value_or(0) >= 2);  // followed to the end of at least two
+    CHECK(exit_count(r, "offloads").value_or(0) > 0);
+    CHECK(exit_count(r, "prefetches").value_or(0) > 0);
+  }
+}
+
 }  // namespace
+
+TEST_CASE(
+    "resnet50 under planned offload at 70% and 50%: the recorded iteration's plan replayed, losses "
+    "bit-identical, the budget held",
+    "[pytorch][offload][replay]") {
+  Model m{"resnet50", 32};
+  m.steps = 8;
+  check_planned(m, {70, 50});
+}
 
 TEST_CASE("resnet18 under offload: owned, then evicted to 60%, losses bit-identical", "[pytorch][offload]") {
   check_model({"resnet18", 32});  // 224x224: layer1's activations are 24.5 MiB each
@@ -252,9 +303,8 @@ TEST_CASE("transformer under torch.compile and offload: owned, then evicted to 6
 // still be evicted, during the capture too (Note [CUDA graphs under a budget]). Memory the framework
 // allocates with cudaMallocAsync while capturing is CUDA's own and outside the budget; CUDA graph
 // trees (reduce-overhead) need PyTorch's caching allocator, whose segments vcudnn owns.
-TEST_CASE(
-    "resnet18 as CUDA graphs (make_graphed_callables) under offload: owned, losses bit-identical",
-    "[pytorch][offload][graph]") {
+TEST_CASE("resnet18 as CUDA graphs (make_graphed_callables) under offload: owned, losses bit-identical",
+          "[pytorch][offload][graph]") {
   check_model({"resnet18", 32, {"--graphed"}, true, false});
 }
 
