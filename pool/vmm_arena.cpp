@@ -30,8 +30,9 @@ constexpr int kGrowCandidates = 8;
 
 }  // namespace
 
-VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget, uint64_t extent_min)
-    : backend_(backend), extent_min_(extent_min) {
+VmmArena::VmmArena(PhysicalBackend& backend, uint64_t reserve_bytes, uint64_t physical_budget, uint64_t extent_min,
+                   bool exact_extents)
+    : backend_(backend), extent_min_(extent_min), exact_extents_(exact_extents && extent_min > 1) {
   uint64_t base = 0;
   uint64_t bytes = 0;
   try {
@@ -194,6 +195,12 @@ bool VmmArena::restore(uint64_t address) {
     const auto [first, count] = *span;
     const uint64_t missing = unmapped_in(first, count);
     if (missing == 0 || mapped_granules_ + missing > max_granules_) return false;
+    if (exact_extents_ && missing == count && count >= extent_min_) {  // Note [Extents under a budget]
+      if (!map_extent(first, count)) return false;
+      evicted_granules_ -= count;
+      buffers_[address - base_].evicted = false;
+      return true;
+    }
     for (uint64_t g = first; g < first + count; ++g) {
       if (chunk_[g] != 0) continue;
       if (!map_granule(g)) return false;
@@ -312,8 +319,9 @@ uint64_t VmmArena::end_interval(const std::function<bool(const FreeTag&)>& settl
     // The bottom of the free list (a stack) below its low water was not used all interval.
     size_t unused = std::min(free_low_water_, free_chunks_.size());
     for (size_t i = keep; i < unused; ++i) backend_.release_chunk(free_chunks_[i]);
-    if (unused > keep) free_chunks_.erase(free_chunks_.begin() + static_cast<long>(keep),
-                                          free_chunks_.begin() + static_cast<long>(unused));
+    if (unused > keep)
+      free_chunks_.erase(free_chunks_.begin() + static_cast<long>(keep),
+                         free_chunks_.begin() + static_cast<long>(unused));
     free_low_water_ = free_chunks_.size();
   } catch (...) {
   }
@@ -409,14 +417,19 @@ std::optional<uint64_t> VmmArena::allocate_granules(uint64_t count, Lifetime lif
 // (first granule, fresh granules to map) of the window a request of `count` granules takes.
 std::optional<std::pair<uint64_t, uint64_t>> VmmArena::choose_window(uint64_t count, Lifetime lifetime) const {
   const bool low = lifetime == Lifetime::kLong;
-  if (const auto it = idle_by_size_.lower_bound({count, 0}); it != idle_by_size_.end()) {
+  int tried = 0;
+  for (auto it = idle_by_size_.lower_bound({count, 0}); it != idle_by_size_.end() && tried < kGrowCandidates;
+       ++it, ++tried) {
     const auto [size, first] = *it;
-    return std::make_pair(low ? first : first + size - count, uint64_t{0});
+    const uint64_t at = low ? first : first + size - count;
+    if (exact_extents_ && cuts_extent(at, count)) continue;  // Note [Extents under a budget]
+    return std::make_pair(at, uint64_t{0});
   }
   std::optional<std::pair<uint64_t, uint64_t>> best;
   int looked = 0;
   for (auto it = idle_by_size_.rbegin(); it != idle_by_size_.rend() && looked < kGrowCandidates; ++it, ++looked) {
     const auto [size, first] = *it;
+    if (size >= count) continue;  // passed over above: the window would cut an extent
     // Runs of one kind never touch, so the free neighbours of an idle run are unmapped.
     const auto run = runs_.find(first);
     uint64_t left = 0, right = 0;
@@ -424,7 +437,8 @@ std::optional<std::pair<uint64_t, uint64_t>> VmmArena::choose_window(uint64_t co
       const auto prev = std::prev(run);
       if (prev->first + prev->second.count == first) left = prev->second.count;
     }
-    if (const auto next = std::next(run); next != runs_.end() && next->first == first + size) right = next->second.count;
+    if (const auto next = std::next(run); next != runs_.end() && next->first == first + size)
+      right = next->second.count;
     if (left + size + right < count) continue;
     const uint64_t fresh = count - size;
     if (best && best->second <= fresh) continue;
@@ -620,8 +634,7 @@ bool VmmArena::map_extent(uint64_t first, uint64_t count) {
   mapped_granules_ += count;
   ++stats_.extents_created;
   stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, mapped_granules_ * granularity_);
-  stats_.peak_held_bytes =
-      std::max(stats_.peak_held_bytes, (mapped_granules_ + free_chunks_.size()) * granularity_);
+  stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, (mapped_granules_ + free_chunks_.size()) * granularity_);
   return true;
 }
 
@@ -651,6 +664,10 @@ uint64_t VmmArena::unmap_span(uint64_t begin, uint64_t end) {
     }
   }
   return g - begin;
+}
+
+bool VmmArena::cuts_extent(uint64_t first, uint64_t count) const {
+  return extent_up(first) != first || extent_down(first + count) != first + count;
 }
 
 uint64_t VmmArena::extent_up(uint64_t g) const {

@@ -21,8 +21,10 @@ constexpr uint64_t kKeptFreeChunks = 64;
 // Without a budget, fresh stretches of this many granules (32 MiB on the H100) or more are mapped
 // as one extent (vmm_arena.h): cudnn.benchmark's search and PyTorch's probe of the free memory
 // allocate and free tens of GiB per convolution, which granule by granule took seconds each.
-// Under a budget every buffer must be evictable on its own, so granules stay separate.
 constexpr uint64_t kExtentMinGranules = 16;
+// Under a budget, every large buffer of two granules or more is its own extent(s), so that it is
+// evicted and restored with a few calls instead of two per granule (Note [Extents under a budget]).
+constexpr uint64_t kBudgetExtentMinGranules = 2;
 
 }  // namespace
 
@@ -31,7 +33,8 @@ MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend&
     : config_(config),
       device_(device),
       arena_(physical, config.reserve_bytes ? config.reserve_bytes : 4 * config.device_total + config.host_budget,
-             config.device_budget.value_or(config.device_total), config.device_budget ? 0 : kExtentMinGranules),
+             config.device_budget.value_or(config.device_total),
+             config.device_budget ? kBudgetExtentMinGranules : kExtentMinGranules, config.device_budget.has_value()),
       host_(host, config.device_budget ? config.host_budget : 0, config.host_slab_bytes),
       order_(device),
       residency_(arena_, host_, device, order_),

@@ -136,7 +136,7 @@ class FakePhysical final : public PhysicalBackend {
         std::count_if(chunks_.begin(), chunks_.end(), [](const auto& c) { return c.second.released; }));
   }
 
-  std::map<uint64_t, Handle> mapped;  // va -> chunk
+  std::map<uint64_t, Handle> mapped;                            // va -> chunk
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> extent_of;  // va -> (extent's first va, granules)
   uint64_t extents_mapped = 0;
   uint64_t map_calls = 0;
@@ -328,10 +328,10 @@ TEST_CASE("the end of a synchronisation interval unmaps memory idle through two 
     REQUIRE(arena->allocate(1000, Lifetime::kLong));  // an interval counts only if the program allocated
     return arena->end_interval(settled, keep);
   };
-  CHECK(arena->free(a->address));                   // idle since interval 0
-  CHECK(arena->end_interval(all_settled, 0) == 0);  // interval 0 ends: a was freed in it
-  CHECK(arena->end_interval(all_settled, 0) == 0);  // nothing allocated since: no interval ended
-  CHECK(arena->free(b->address, tags({{1, 7}})));   // idle since interval 1, its free not settled yet
+  CHECK(arena->free(a->address));                                // idle since interval 0
+  CHECK(arena->end_interval(all_settled, 0) == 0);               // interval 0 ends: a was freed in it
+  CHECK(arena->end_interval(all_settled, 0) == 0);               // nothing allocated since: no interval ended
+  CHECK(arena->free(b->address, tags({{1, 7}})));                // idle since interval 1, its free not settled yet
   const auto reuse = arena->allocate(5 * kG, Lifetime::kShort);  // part of a's memory (best fit)
   REQUIRE(reuse);
   CHECK(reuse->address >= a->address);
@@ -599,13 +599,52 @@ TEST_CASE("extents: one mapping for a large fresh stretch, unmapped only whole",
   finish(arena, fake);
 }
 
+TEST_CASE("exact extents (under a budget): no buffer takes part of an extent; evict and restore whole", "[arena]") {
+  FakePhysical fake;
+  VmmArena arena(fake, 64 * kG, 32 * kG, 2, /*exact_extents=*/true);
+  REQUIRE(arena.ok());
+  const auto a = arena.allocate(4 * kG, Lifetime::kShort);
+  REQUIRE(a);
+  CHECK(fake.extents_mapped == 1);
+  REQUIRE(arena.free(a->address));
+  // 3 granules: the idle run of 4 is one extent, which the window would cut: mapped fresh instead.
+  const auto b = arena.allocate(3 * kG, Lifetime::kShort);
+  REQUIRE(b);
+  CHECK(b->fresh == 3);
+  CHECK(fake.extents_mapped == 2);
+  // A small buffer's slab does not cut it either.
+  const auto small = arena.allocate(4096, Lifetime::kShort);
+  REQUIRE(small);
+  // The same size as the idle extent: reused whole, nothing mapped.
+  const auto c = arena.allocate(4 * kG, Lifetime::kShort);
+  REQUIRE(c);
+  CHECK(c->fresh == 0);
+  CHECK(c->address == a->address);
+  // Evicted whole (one unmap), restored as one new extent (one map, no granule maps).
+  const uint64_t maps = fake.map_calls, extents = fake.extents_mapped;
+  REQUIRE(arena.evict(b->address));
+  CHECK(arena.is_evicted(b->address));
+  CHECK(arena.stats().evicted_bytes == 3 * kG);
+  REQUIRE(arena.restore(b->address));
+  CHECK_FALSE(arena.is_evicted(b->address));
+  CHECK(fake.extents_mapped == extents + 1);
+  CHECK(fake.map_calls == maps + 1);
+  CHECK(arena.stats().evicted_bytes == 0);
+  REQUIRE(arena.evict(c->address));  // the reused extent too
+  REQUIRE(arena.restore(c->address));
+  for (const auto* x : {&b, &c, &small}) REQUIRE(arena.free((*x)->address));
+  CHECK(arena.trim(UINT64_MAX, all_settled) > 0);
+  CHECK(fake.errors.empty());
+}
+
 TEST_CASE("random workload keeps every invariant", "[arena]") {
   constexpr uint64_t kBudget = 48;
   constexpr uint64_t kRange = 256;
-  const uint64_t extent_min = GENERATE(0, 3);
-  INFO("extents of " << extent_min << " granules or more");
+  const uint64_t extent_min = GENERATE(0, 3, 2);
+  const bool exact = extent_min == 2;  // under a budget: exact extents (Note [Extents under a budget])
+  INFO("extents of " << extent_min << " granules or more" << (exact ? ", exact" : ""));
   FakePhysical fake(kBudget);
-  std::optional<VmmArena> arena(std::in_place, fake, kRange * kG, kBudget * kG, extent_min);
+  std::optional<VmmArena> arena(std::in_place, fake, kRange * kG, kBudget * kG, extent_min, exact);
   struct Live {
     uint64_t bytes = 0;
     uint64_t requested = 0;
@@ -646,7 +685,8 @@ TEST_CASE("random workload keeps every invariant", "[arena]") {
         for (const FreeTag& t : pending[g].tags()) {
           const auto& w = waits.tags();
           INFO("granule " << g << " tag " << t.stream << ":" << t.seq);
-          REQUIRE(std::any_of(w.begin(), w.end(), [&](const FreeTag& x) { return x.stream == t.stream && x.seq >= t.seq; }));
+          REQUIRE(std::any_of(w.begin(), w.end(),
+                              [&](const FreeTag& x) { return x.stream == t.stream && x.seq >= t.seq; }));
         }
         if (a->bytes >= kG) pending.erase(g);
       }
@@ -664,7 +704,8 @@ TEST_CASE("random workload keeps every invariant", "[arena]") {
       for (uint64_t a = it->first; a < it->first + it->second.bytes; a += kG) {
         const auto e = fake.extent_of.find(a);
         if (e != fake.extent_of.end())
-          crosses |= e->second.first < it->first || e->second.first + e->second.second * kG > it->first + it->second.bytes;
+          crosses |=
+              e->second.first < it->first || e->second.first + e->second.second * kG > it->first + it->second.bytes;
       }
       const bool can = it->second.bytes >= kG && !it->second.evicted && !crosses;
       REQUIRE(arena->evict(it->first) == can);
@@ -770,8 +811,8 @@ TEST_CASE("PyTorch allocation traces replayed: mapped peak near the live peak, n
     }
     const auto s = arena->stats();
     const double ratio = double(s.peak_mapped_bytes) / double(live_peak);
-    WARN(name << " (extents of " << extent_min << "+): peak mapped " << s.peak_mapped_bytes / double(1 << 30) << " GiB, live peak "
-              << live_peak / double(1 << 30) << " GiB (x" << ratio << "), torch reserved "
+    WARN(name << " (extents of " << extent_min << "+): peak mapped " << s.peak_mapped_bytes / double(1 << 30)
+              << " GiB, live peak " << live_peak / double(1 << 30) << " GiB (x" << ratio << "), torch reserved "
               << trace.torch_max_reserved / double(1 << 30) << " GiB; fresh granules " << s.fresh_granules
               << ", in the second half " << s.fresh_granules - fresh_at_half << "; trims " << trims << "; extents "
               << s.extents_created << ", backend map calls " << fake.map_calls);
@@ -805,9 +846,9 @@ TEST_CASE("parse_budget", "[arena]") {
   CHECK(parse_budget("1G ", kTotal) == 1ull << 30);
   CHECK(parse_budget("64 M", kTotal) == 64ull << 20);
 
-  for (const char* bad : {"",     "-1",  "-5%",   "abc",    "12X",  "G", "1.5G", "0",         "0%",
-                          "0.0%", "100.5%", "101%", "1e3", "1 G B", "%", "5.%", "16777216T",
-                          "18446744073709551616", "1GG", "60%%"}) {
+  for (const char* bad : {"",     "-1",     "-5%",  "abc", "12X",   "G", "1.5G", "0",         "0%",
+                          "0.0%", "100.5%", "101%", "1e3", "1 G B", "%", "5.%",  "16777216T", "18446744073709551616",
+                          "1GG",  "60%%"}) {
     INFO(bad);
     CHECK_FALSE(parse_budget(bad, kTotal));
   }
