@@ -27,9 +27,10 @@
 // it.
 //
 // Note [Extents under a budget]
-// Measured on the H100 (CUDA 13.0, driver 580): cuMemSetAccess costs ~24 us and cuMemUnmap ~16 us
-// per 2 MiB granule when each granule is its own allocation, but ~40 us and ~23 us for one
-// allocation of any size up to 512 MiB at least; cuMemCreate of an extent ~10-20 us. Under a
+// Measured on the H100 (driver 580; scripts/bench/vmm_map.cpp, results/vmm_map.json): when each
+// 2 MiB granule is its own allocation, cuMemSetAccess costs ~31 us and cuMemUnmap ~21 us per
+// granule; one allocation of 64 granules 65 us and 32 us, of 256 granules 158 us and 50 us;
+// cuMemCreate of an extent 13-85 us. cuMemUnmap does not wait for queued device work. Under a
 // budget every evicted buffer is unmapped and mapped again, and idle memory is unmapped to make
 // room: granule by granule, ResNet-50 at 60% spent ~250 ms a step on it. With `exact_extents`, a
 // large buffer covers whole extents only (an idle run that a window would cut is passed over), so
