@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/cpu/alloc_trace.h"
+#include "tests/cpu/manager_fixture.h"
 #include "tests/cpu/sim_device.h"
 
 using namespace vcudnn;
@@ -31,13 +32,7 @@ constexpr uint64_t kG = 2 * kMiB;  // as on the H100
 Stream stream_n(uintptr_t n) { return SimDevice::stream(n); }
 
 ManagerConfig config(std::optional<uint64_t> budget, uint64_t granularity = kG) {
-  ManagerConfig c;
-  c.device_budget = budget;
-  c.device_total = 4096 * granularity;
-  c.host_budget = 256 * kMiB;
-  c.host_slab_bytes = 8 * kMiB;
-  c.reserve_bytes = 16384 * granularity;
-  return c;
+  return test::manager_config(budget, granularity);
 }
 
 // What a hook does: report the pointer, then queue the kernel (inside one call scope).
@@ -65,10 +60,7 @@ struct Program {
   } while (0)
 
 // CallScope arms only while ownership is on.
-struct Active {
-  Active() { detail::g_active.store(true); }
-  ~Active() { detail::g_active.store(false); }
-};
+using Active = test::MemoryActive;
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include "runtime/offload_replay.h"
 #include "runtime/recorder.h"
 #include "tests/cpu/graph_conv_builder.h"
+#include "tests/cpu/manager_fixture.h"
 #include "tests/cpu/sim_device.h"
 #include "tests/cpu/trace_builder.h"
 
@@ -389,21 +390,6 @@ TEST_CASE(
 
 namespace {
 
-struct Active {
-  Active() { memory::detail::g_active.store(true); }
-  ~Active() { memory::detail::g_active.store(false); }
-};
-
-memory::ManagerConfig config(uint64_t budget, uint64_t granularity) {
-  memory::ManagerConfig c;
-  c.device_budget = budget;
-  c.device_total = 4096 * granularity;
-  c.host_budget = 256 * kMiB;
-  c.host_slab_bytes = 8 * kMiB;
-  c.reserve_bytes = 16384 * granularity;
-  return c;
-}
-
 // What a convolution's hook does: report its pointers (once), then queue its kernel, which reads
 // some buffers (checking their bytes) and writes one.
 struct Kernel {
@@ -439,12 +425,12 @@ struct LoopResult {
 // step of 3 to 6 granules, read back in reverse and freed. The device finishes what was queued
 // before each host step, as a GPU that keeps up with the host.
 LoopResult train(const std::string& policy, int iterations) {
-  Active on;
+  test::MemoryActive on;
   constexpr uint64_t kBudget = 64;
   constexpr uint64_t kG = 64 * 1024;  // small granules keep the byte checks cheap
   constexpr uint64_t kWeights = 24 * kG;
   test::SimDevice dev(kG, kBudget);
-  memory::MemoryManager m(dev, dev, dev, config(kBudget * kG, kG));
+  memory::MemoryManager m(dev, dev, dev, test::manager_config(kBudget * kG, kG));
   LoopResult out;
   Recorder rec(
       RecorderConfig{"", 200000, [&](const Trace& t) { out.decided = replay_recorded_iteration(t, m, policy); }});
