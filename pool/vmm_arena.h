@@ -47,6 +47,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -78,6 +79,8 @@ class PhysicalBackend {
   virtual Handle create_extent(uint64_t granules) = 0;  // 0 on failure
   virtual bool map_extent(uint64_t va, Handle extent, uint64_t granules) = 0;
   virtual bool unmap_extent(uint64_t va, uint64_t granules) = 0;
+  // What the calls above cost so far, for the exit line ("" when not measured).
+  virtual std::string costs() const { return ""; }
 };
 
 // Where fresh granules go: long-lived buffers (cudaMalloc: weights, library state) low, short-lived

@@ -3,6 +3,8 @@
 // shared lock only; the driver is asked once per kernel, outside any lock.
 #include "runtime/cuda_driver.h"
 
+#include <chrono>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -122,11 +124,38 @@ void VmmBackend::unreserve(uint64_t base, uint64_t bytes) {
   call(driver().cuMemAddressFree, "cuMemAddressFree", device_, CUdeviceptr{base}, bytes);
 }
 
+namespace {
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+}  // namespace
+
+VmmBackend::Timed::Timed(Cost& c) : c_(c), t0_(now_ns()) {}
+
+VmmBackend::Timed::~Timed() {
+  c_.calls.fetch_add(1, std::memory_order_relaxed);
+  c_.ns.fetch_add(now_ns() - t0_, std::memory_order_relaxed);
+}
+
+std::string VmmBackend::costs() const {
+  static constexpr const char* kNames[kOps] = {"cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemSetAccess",
+                                               "cuMemUnmap"};
+  std::string out;
+  for (int i = 0; i < kOps; ++i) {
+    out += fmt::format("{}{} {} in {:.1f} ms", i ? ", " : "", kNames[i], cost_[i].calls.load(),
+                       static_cast<double>(cost_[i].ns.load()) / 1e6);
+  }
+  return out;
+}
+
 pool::PhysicalBackend::Handle VmmBackend::create(uint64_t bytes) {
   const CUmemAllocationProp prop = properties();
   CUmemGenericAllocationHandle chunk = 0;
   const auto create = driver().cuMemCreate;
   if (bytes == 0 || !create) return 0;
+  Timed timed(cost_[kCreate]);
   // Out of memory is an answer, not a fault: the caller makes room or fails the allocation, and
   // PyTorch probes the free memory by allocating until it succeeds.
   if (const CUresult status = create(&chunk, bytes, &prop, 0ULL); status == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -143,16 +172,23 @@ pool::PhysicalBackend::Handle VmmBackend::create_chunk() { return create(granula
 
 pool::PhysicalBackend::Handle VmmBackend::create_extent(uint64_t granules) { return create(granules * granularity()); }
 
-void VmmBackend::release_chunk(Handle chunk) { call(driver().cuMemRelease, "cuMemRelease", device_, chunk); }
+void VmmBackend::release_chunk(Handle chunk) {
+  Timed timed(cost_[kRelease]);
+  call(driver().cuMemRelease, "cuMemRelease", device_, chunk);
+}
 
 bool VmmBackend::map_bytes(uint64_t va, Handle chunk, uint64_t bytes) {
   const Driver& d = driver();
-  if (bytes == 0 || !call(d.cuMemMap, "cuMemMap", device_, CUdeviceptr{va}, bytes, size_t{0}, chunk, 0ULL))
-    return false;
+  if (bytes == 0) return false;
+  {
+    Timed timed(cost_[kMap]);
+    if (!call(d.cuMemMap, "cuMemMap", device_, CUdeviceptr{va}, bytes, size_t{0}, chunk, 0ULL)) return false;
+  }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  Timed timed(cost_[kSetAccess]);
   if (call(d.cuMemSetAccess, "cuMemSetAccess", device_, CUdeviceptr{va}, bytes, &access, size_t{1})) return true;
   call(d.cuMemUnmap, "cuMemUnmap", device_, CUdeviceptr{va}, bytes);  // the caller sees nothing mapped
   return false;
@@ -168,7 +204,9 @@ bool VmmBackend::unmap(uint64_t va) { return unmap_extent(va, 1); }
 
 bool VmmBackend::unmap_extent(uint64_t va, uint64_t granules) {
   const uint64_t bytes = granules * granularity();
-  return bytes != 0 && call(driver().cuMemUnmap, "cuMemUnmap", device_, CUdeviceptr{va}, bytes);
+  if (bytes == 0) return false;
+  Timed timed(cost_[kUnmap]);
+  return call(driver().cuMemUnmap, "cuMemUnmap", device_, CUdeviceptr{va}, bytes);
 }
 
 bool vmm_supported(int device, std::string* why) {

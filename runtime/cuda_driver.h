@@ -76,8 +76,28 @@ class VmmBackend final : public pool::PhysicalBackend {
   Handle create_extent(uint64_t granules) override;
   bool map_extent(uint64_t va, Handle extent, uint64_t granules) override;
   bool unmap_extent(uint64_t va, uint64_t granules) override;
+  // Calls and host time per driver function: "cuMemCreate 12 in 0.3 ms, ...".
+  std::string costs() const override;
 
  private:
+  enum Op { kCreate, kRelease, kMap, kSetAccess, kUnmap, kOps };
+  struct Cost {
+    std::atomic<uint64_t> calls{0};
+    std::atomic<uint64_t> ns{0};
+  };
+  // Times one driver call (two clock reads: ~40 ns against the call's tens of microseconds).
+  class Timed {
+   public:
+    explicit Timed(Cost& c);
+    ~Timed();
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    Cost& c_;
+    uint64_t t0_;
+  };
+  Cost cost_[kOps];
   CUmemAllocationProp properties() const;
   Handle create(uint64_t bytes);
   bool map_bytes(uint64_t va, Handle chunk, uint64_t bytes);

@@ -31,6 +31,7 @@ constexpr uint64_t kBudgetExtentMinGranules = 2;
 MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend& host, Device& device,
                              const ManagerConfig& config, std::unique_ptr<EvictionPolicy> policy)
     : config_(config),
+      physical_(physical),
       device_(device),
       arena_(physical, config.reserve_bytes ? config.reserve_bytes : 4 * config.device_total + config.host_budget,
              config.device_budget.value_or(config.device_total),
@@ -192,6 +193,10 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
   // out reading it (also after an access cancelled that eviction). No unmap before they end.
   tags.add(b->ready);
   tags.add(b->copied_out);
+  // A fence behind each of vcudnn's copies now (a query when one is there), so that they settle by
+  // the time this memory is wanted: the copy streams may see nothing else queued for long.
+  order_.settled(b->ready);
+  order_.settled(b->copied_out);
   switch (b->state.load()) {
     case BufferState::kEvicting:
       stop_evicting(b);
@@ -866,13 +871,18 @@ std::string MemoryManager::summary() const {
       "stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={} "
-      "pinned={} graph_pinned={} ({}) foreign={}{}",
+      "pinned={} graph_pinned={} ({}) foreign={}{}{}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
       mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
       mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
       s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits, s.pinned_buffers, s.graph_pinned_buffers,
-      mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s));
+      mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s), driver_costs());
+}
+
+std::string MemoryManager::driver_costs() const {
+  const std::string costs = physical_.costs();
+  return costs.empty() ? "" : " driver: " + costs;
 }
 
 std::string MemoryManager::replay_summary(const ManagerStats& s) const {

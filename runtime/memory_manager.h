@@ -190,6 +190,7 @@ class MemoryManager {
   const HostWaitCounts& host_waits() const { return host_waits_; }
   std::string summary() const;                              // the exit line's "offload: ..." part
   std::string replay_summary(const ManagerStats& s) const;  // "" without a plan
+  std::string driver_costs() const;                         // " driver: ..." when the backend measures
   const char* policy_name() const { return policy_->name(); }
 
   using AccessRecord = AccessLog::Record;
@@ -226,6 +227,7 @@ class MemoryManager {
   bool on_hits(const pool::HitList& hits, Access mode, StreamRef stream, const char* api);
 
   ManagerConfig config_;
+  pool::PhysicalBackend& physical_;
   Device& device_;
   pool::VmmArena arena_;
   pool::HostPool host_;

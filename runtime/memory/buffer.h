@@ -32,8 +32,8 @@ struct Buffer {
   std::atomic<uint64_t> streams{0};
   // A restore copy may still be in flight: an access must be ordered after `ready` first.
   std::atomic<bool> restoring{false};
-  pool::FreeTag ready;                // the restore copy's end on the transfer stream
-  pool::FreeTag copied_out;           // the eviction copy's end on the transfer stream
+  pool::FreeTag ready;                // the restore copy's end on the in stream
+  pool::FreeTag copied_out;           // the eviction copy's end on the out stream
   std::vector<pool::HostBlock> host;  // where its bytes are while evicting / evicted
   int32_t prefetch_action = -1;       // a planned copy back in flight: its action (replay.h)
 };

@@ -40,7 +40,8 @@ CudaDevice::CudaDevice(int device) : device_(device) {
   ok_ = rt.cudaStreamCreateWithFlags && rt.cudaEventCreateWithFlags && rt.cudaEventDestroy && rt.cudaEventRecord &&
         rt.cudaEventQuery && rt.cudaEventSynchronize && rt.cudaStreamWaitEvent && rt.cudaMemcpyAsync &&
         rt.cudaStreamIsCapturing &&
-        check(rt.cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+        check(rt.cudaStreamCreateWithFlags(&out_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags") &&
+        check(rt.cudaStreamCreateWithFlags(&in_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 }
 
 Event CudaDevice::create_event() {
@@ -109,16 +110,15 @@ bool CudaDevice::host_wait(Event event) {
 
 bool CudaDevice::copy_to_host(void* host, uint64_t device, uint64_t bytes) {
   OnDevice on(device_);
-  return check(real_cudart().cudaMemcpyAsync(host, reinterpret_cast<const void*>(device), bytes, cudaMemcpyDeviceToHost,
-                                             transfer_),
-               "cudaMemcpyAsync (evict)");
+  return check(
+      real_cudart().cudaMemcpyAsync(host, reinterpret_cast<const void*>(device), bytes, cudaMemcpyDeviceToHost, out_),
+      "cudaMemcpyAsync (evict)");
 }
 
 bool CudaDevice::copy_to_device(uint64_t device, const void* host, uint64_t bytes) {
   OnDevice on(device_);
-  return check(
-      real_cudart().cudaMemcpyAsync(reinterpret_cast<void*>(device), host, bytes, cudaMemcpyHostToDevice, transfer_),
-      "cudaMemcpyAsync (restore)");
+  return check(real_cudart().cudaMemcpyAsync(reinterpret_cast<void*>(device), host, bytes, cudaMemcpyHostToDevice, in_),
+               "cudaMemcpyAsync (restore)");
 }
 
 }  // namespace vcudnn::memory

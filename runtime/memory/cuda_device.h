@@ -1,5 +1,5 @@
-// CudaDevice: the memory runtime's Device (device.h) on the CUDA runtime: one non-blocking
-// transfer stream per GPU, events without timing, every call on the arena's GPU whatever the
+// CudaDevice: the memory runtime's Device (device.h) on the CUDA runtime: two non-blocking
+// transfer streams per GPU (out and in), events without timing, every call on the arena's GPU whatever the
 // calling thread's current device, and vcudnn's own failures (and cudaEventQuery's "not ready")
 // cleared from CUDA's last error so that the framework never sees them.
 #pragma once
@@ -20,14 +20,16 @@ class CudaDevice final : public Device {
   bool capturing(Stream stream) override;
   EventState query(Event event) override;
   bool host_wait(Event event) override;
-  Stream transfer_stream() override { return transfer_; }
+  Stream out_stream() override { return out_; }
+  Stream in_stream() override { return in_; }
   bool copy_to_host(void* host, uint64_t device, uint64_t bytes) override;
   bool copy_to_device(uint64_t device, const void* host, uint64_t bytes) override;
 
  private:
   int device_;
   bool ok_ = false;
-  Stream transfer_ = nullptr;
+  Stream out_ = nullptr;  // copies out
+  Stream in_ = nullptr;   // copies back
 };
 
 }  // namespace vcudnn::memory

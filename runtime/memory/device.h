@@ -32,8 +32,10 @@ class Device {
   virtual bool capturing(Stream stream) = 0;
   virtual EventState query(Event event) = 0;  // never blocks
   virtual bool host_wait(Event event) = 0;    // blocks the host until `event` completed
-  // Copies queued on the transfer stream, in order.
-  virtual Stream transfer_stream() = 0;
+  // Copies out (device to host) are queued in order on out_stream(), copies back on in_stream(): the
+  // two directions of the link run at once, and a copy back never queues behind copies out.
+  virtual Stream out_stream() = 0;
+  virtual Stream in_stream() = 0;
   virtual bool copy_to_host(void* host, uint64_t device, uint64_t bytes) = 0;
   virtual bool copy_to_device(uint64_t device, const void* host, uint64_t bytes) = 0;
 };

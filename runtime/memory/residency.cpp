@@ -7,7 +7,8 @@ namespace vcudnn::memory {
 
 Residency::Residency(pool::VmmArena& arena, pool::HostPool& host, Device& device, StreamOrder& order)
     : arena_(arena), host_(host), device_(device), order_(order) {
-  transfer_id_ = order_.id_of(device_.transfer_stream());
+  out_id_ = order_.id_of(device_.out_stream());
+  in_id_ = order_.id_of(device_.in_stream());
 }
 
 bool Residency::take_host_blocks(Buffer* b) {
@@ -25,7 +26,8 @@ bool Residency::take_host_blocks(Buffer* b) {
 
 void Residency::drop_host_copy(Buffer* b) {
   // A copy into these blocks may still be in flight: the next copy into them is queued behind it on
-  // the transfer stream, and nothing else reads them.
+  // the out stream. A copy back from them may still be in flight: copies out wait for the last
+  // copy back queued (start_eviction), and nothing else reads them.
   for (const pool::HostBlock& h : b->host) host_.release(h.ptr);
   b->host.clear();
 }
@@ -43,10 +45,12 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
     started.push_back(b);
   }
   if (started.empty()) return started;
-  // The copies start after everything queued so far on every stream that used a victim.
-  const Stream transfer = device_.transfer_stream();
+  // The copies start after everything queued so far on every stream that used a victim, and after
+  // the copies back that read host blocks these may reuse.
+  const Stream transfer = device_.out_stream();
   bool ok = true;
   for (uint32_t id : order_.ids_in(streams)) ok = order_.order_after_queued(transfer, id) && ok;
+  if (last_in_ && !order_.settled(*last_in_) && !order_.order(transfer, *last_in_)) order_.wait_host(*last_in_);
   for (Buffer* b : started) {
     uint64_t off = 0;
     for (const pool::HostBlock& h : b->host) {
@@ -55,7 +59,7 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
       off += n;
     }
   }
-  const pool::FreeTag end = order_.mark(transfer_id_);
+  const pool::FreeTag end = order_.mark(out_id_);
   for (Buffer* b : started) {
     if (!ok) {
       drop_host_copy(b);
@@ -112,12 +116,14 @@ bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {
   if (!ok) {
     // The copies queued so far must finish before the memory can go again: keep it mapped, idle
     // of meaning, until then; the bytes are still on the host.
-    order_.wait_host(order_.mark(transfer_id_));
+    order_.wait_host(order_.mark(in_id_));
     arena_.evict(b->address);
     ++stats_.failures;
     return false;
   }
-  b->ready = order_.mark(transfer_id_);
+  b->ready = order_.mark(in_id_);
+  last_in_ = b->ready;
+  order_.fence_ahead(in_id_);  // so that it settles once the device is past it, unasked
   drop_host_copy(b);  // the next copy into these blocks queues behind the copy from them
   if (consumer) order_.order(*consumer, b->ready);
   b->restoring.store(true);

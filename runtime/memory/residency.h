@@ -1,10 +1,11 @@
 // Residency: the mechanism that moves a large buffer's bytes to pinned host memory and back, at the
 // same address, ordered by events alone (no host synchronisation):
-//  - evict: the transfer stream waits for fences on every stream that used the buffer, copies it
+//  - evict: the out stream waits for fences on every stream that used the buffer, copies it
 //    out, and the buffer is kEvicting: still mapped and valid. Once that copy has finished (polled
 //    by finish_eviction), its granules are unmapped: kEvicted. An access meanwhile cancels the
 //    eviction; the bytes never left.
-//  - restore: map fresh granules, copy back on the transfer stream; the consumer stream waits for
+//  - restore: map fresh granules, copy back on the in stream (so a copy back never waits behind
+//    copies out, and both directions of the link are used at once); the consumer stream waits for
 //    the copy's end (`ready`); other streams are ordered after it when they touch the buffer.
 // Which buffers go, and when, is decided elsewhere (eviction_policy.h, memory_manager.cpp). Every
 // call comes with the manager's lock held.
@@ -58,7 +59,9 @@ class Residency {
   pool::HostPool& host_;
   Device& device_;
   StreamOrder& order_;
-  uint32_t transfer_id_ = 0;
+  uint32_t out_id_ = 0;                   // the device's out stream
+  uint32_t in_id_ = 0;                    // the device's in stream
+  std::optional<pool::FreeTag> last_in_;  // the latest copy back queued
   Stats stats_;
 };
 

@@ -243,6 +243,46 @@ TEST_CASE("memory manager: evictions start ahead of need, so a device that keeps
   CHECK(dev.peak_mapped_granules() <= kBudget);
 }
 
+TEST_CASE("residency: a copy back runs on its own stream, never behind copies out still waiting", "[memory]") {
+  SimDevice dev(kG, 64);
+  pool::VmmArena arena(dev, 64 * kG, 64 * kG, 2, /*exact_extents=*/true);
+  pool::HostPool host(dev, 64 * kMiB, 8 * kMiB);
+  REQUIRE(host.reserve(64 * kMiB));
+  StreamOrder order(dev);
+  Residency residency(arena, host, dev, order);
+  const Stream s = test::SimDevice::stream(1);
+  const auto buffer = [&](Buffer& b) {
+    const auto a = arena.allocate(4 * kG, pool::Lifetime::kShort);
+    REQUIRE(a);
+    b.address = a->address, b.bytes = 4 * kG, b.span = a->bytes, b.large = true;
+    b.streams.store(StreamOrder::bit_of(order.id_of(s)));
+  };
+  // y: written, copied out and unmapped.
+  Buffer y, x;
+  buffer(y);
+  dev.write(s, y.address, y.bytes, 11);
+  y.state.store(BufferState::kEvicting);  // as the manager marks its victims
+  REQUIRE(residency.start_eviction({&y}).size() == 1);
+  CHECK_FALSE(order.settled(y.copied_out));  // fenced now
+  dev.run_all();
+  REQUIRE(residency.finish_eviction(&y));
+  // x: a kernel writing it is queued and has not run; its copy out waits for it on the device.
+  buffer(x);
+  dev.write(s, x.address, x.bytes, 22);
+  x.state.store(BufferState::kEvicting);
+  REQUIRE(residency.start_eviction({&x}).size() == 1);
+  // y comes back meanwhile: its copy runs at once on the in stream, ahead of x's copy out.
+  REQUIRE(residency.restore(&y, std::nullopt));
+  CHECK(dev.run_stream(dev.in_stream()) > 0);
+  CHECK(order.settled(y.ready));
+  CHECK_FALSE(order.settled(x.copied_out));  // fenced now
+  dev.check(s, y.address, y.bytes, 11);
+  dev.run_all();
+  CHECK(order.settled(x.copied_out));
+  REQUIRE(residency.finish_eviction(&x));
+  CHECK_MSG_ERRORS(dev);
+}
+
 TEST_CASE("memory manager: explicit evict and restore round trip, and free of an evicted buffer", "[memory]") {
   Active on;
   SimDevice dev(kG, 16);

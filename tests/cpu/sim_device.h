@@ -48,6 +48,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   void unreserve(uint64_t, uint64_t) override {}
   Handle create_chunk() override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++creates;
     chunks_[next_chunk_];  // bytes made on first access (garbage, as fresh physical memory)
     return next_chunk_++;
   }
@@ -60,6 +61,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   bool map(uint64_t va, Handle h) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++maps;
     if (mapped_.count(va)) error("double map");
     mapped_[va] = h;
     chunks_[h].clear();  // mapped memory holds garbage until written
@@ -69,6 +71,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   bool unmap(uint64_t va) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++unmaps;
     if (extent_of_.count(va)) error("unmap of one granule of an extent");
     unmap_locked(va);
     return true;
@@ -76,6 +79,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   // An extent is `granules` chunks of one granule each here, mapped and unmapped together.
   Handle create_extent(uint64_t granules) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++creates;
     const Handle h = next_chunk_;
     for (uint64_t i = 0; i < granules; ++i) chunks_[next_chunk_++];
     extents_[h] = granules;
@@ -83,6 +87,8 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   bool map_extent(uint64_t va, Handle h, uint64_t granules) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++maps;
+    if (log_maps) map_log.push_back(static_cast<int64_t>(granules));
     if (extents_.count(h) == 0 || extents_[h] != granules) error("map_extent of a bad extent");
     for (uint64_t i = 0; i < granules; ++i) {
       if (mapped_.count(va + i * g_)) error("double map");
@@ -96,6 +102,8 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   bool unmap_extent(uint64_t va, uint64_t granules) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++unmaps;
+    if (log_maps) map_log.push_back(-static_cast<int64_t>(granules));
     for (uint64_t i = 0; i < granules; ++i) {
       const auto e = extent_of_.find(va + i * g_);
       if (e == extent_of_.end() || e->second != va) error("unmap_extent of something not a whole extent");
@@ -164,7 +172,8 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     }
     return true;
   }
-  memory::Stream transfer_stream() override { return stream(kTransfer); }
+  memory::Stream out_stream() override { return stream(kTransfer); }
+  memory::Stream in_stream() override { return stream(kTransferIn); }
   bool copy_to_host(void* host, uint64_t device, uint64_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     push(stream(kTransfer), Op{Op::kToHost, device, bytes, static_cast<uint8_t*>(host), 0, 0, 0});
@@ -172,7 +181,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
   bool copy_to_device(uint64_t device, const void* host, uint64_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    push(stream(kTransfer),
+    push(stream(kTransferIn),
          Op{Op::kToDevice, device, bytes, const_cast<uint8_t*>(static_cast<const uint8_t*>(host)), 0, 0, 0});
     return true;
   }
@@ -256,6 +265,13 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
 
   std::vector<std::string> errors;
+  // Driver calls a real device would make, one per granule or per extent (each map is also a
+  // cuMemSetAccess): what mapping churn costs (Note [Extents under a budget]).
+  uint64_t creates = 0;
+  uint64_t maps = 0;
+  uint64_t unmaps = 0;
+  bool log_maps = false;
+  std::vector<int64_t> map_log;  // extents mapped (+granules) and unmapped (-granules), when log_maps
   uint64_t host_waits = 0;
   uint64_t stream_waits = 0;
   uint64_t refused_waits = 0;  // by a capturing stream
@@ -274,6 +290,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
 
  private:
   static constexpr uintptr_t kTransfer = 0xF0F0;
+  static constexpr uintptr_t kTransferIn = 0xF0F1;
   struct Op {
     enum Kind { kWrite, kCheck, kToHost, kToDevice, kRecord, kWait } kind;
     uint64_t va = 0;
