@@ -27,6 +27,8 @@ namespace {
 constexpr uint64_t kAlign = 512;
 // Idle runs looked at when none fits whole: the largest ones, which need the fewest fresh granules.
 constexpr int kGrowCandidates = 8;
+// Positions tried inside one idle run for a window of whole extents.
+constexpr int kWindowSteps = 64;
 
 }  // namespace
 
@@ -421,9 +423,11 @@ std::optional<std::pair<uint64_t, uint64_t>> VmmArena::choose_window(uint64_t co
   for (auto it = idle_by_size_.lower_bound({count, 0}); it != idle_by_size_.end() && tried < kGrowCandidates;
        ++it, ++tried) {
     const auto [size, first] = *it;
-    const uint64_t at = low ? first : first + size - count;
-    if (exact_extents_ && cuts_extent(at, count)) continue;  // Note [Extents under a budget]
-    return std::make_pair(at, uint64_t{0});
+    if (!exact_extents_) return std::make_pair(low ? first : first + size - count, uint64_t{0});
+    // Whole extents only (Note [Extents under a budget]): the window nearest the run's low or high
+    // end that cuts none.
+    if (const std::optional<uint64_t> at = extent_window(first, size, count, low))
+      return std::make_pair(*at, uint64_t{0});
   }
   std::optional<std::pair<uint64_t, uint64_t>> best;
   int looked = 0;
@@ -664,6 +668,24 @@ uint64_t VmmArena::unmap_span(uint64_t begin, uint64_t end) {
     }
   }
   return g - begin;
+}
+
+std::optional<uint64_t> VmmArena::extent_window(uint64_t first, uint64_t size, uint64_t count, bool low) const {
+  const uint64_t end = first + size;
+  int steps = 0;
+  if (low) {
+    for (uint64_t at = first; at + count <= end && steps < kWindowSteps; ++steps) {
+      if (!cuts_extent(at, count)) return at;
+      const auto e = extents_.find(at);
+      at = e != extents_.end() ? at + e->second : extent_up(at + 1);
+    }
+    return std::nullopt;
+  }
+  for (uint64_t stop = end; stop >= first + count && steps < kWindowSteps; ++steps) {
+    if (!cuts_extent(stop - count, count)) return stop - count;
+    stop = extent_down(stop - 1);  // the next boundary below
+  }
+  return std::nullopt;
 }
 
 bool VmmArena::cuts_extent(uint64_t first, uint64_t count) const {

@@ -33,9 +33,9 @@
 // cuMemCreate of an extent 13-85 us. cuMemUnmap does not wait for queued device work. Under a
 // budget every evicted buffer is unmapped and mapped again, and idle memory is unmapped to make
 // room: granule by granule, ResNet-50 at 60% spent ~250 ms a step on it. With `exact_extents`, a
-// large buffer covers whole extents only (an idle run that a window would cut is passed over), so
-// eviction unmaps its extents whole, restore() maps it as one new extent, and trim() unmaps idle
-// extents whole.
+// large buffer covers whole extents only (it takes a window of whole idle extents anywhere in an
+// idle run, else maps fresh memory), so eviction unmaps its extents whole, restore() maps it as one
+// new extent, and trim() unmaps idle extents whole.
 //
 // Knows nothing of CUDA: the backend (a CUDA one in runtime/, or a fake in tests) reserves,
 // creates, maps and unmaps. No exception leaves a public function; one mutex guards everything.
@@ -237,6 +237,8 @@ class VmmArena {
   uint64_t extent_min_ = 0;  // 0: no extents
   bool exact_extents_ = false;
   bool cuts_extent(uint64_t first, uint64_t count) const;  // the window holds part of an extent
+  // The first (low) or last window of `count` granules in [first, first + size) that cuts no extent.
+  std::optional<uint64_t> extent_window(uint64_t first, uint64_t size, uint64_t count, bool low) const;
   mutable std::mutex mu_;
   std::vector<Handle> chunk_;                     // per granule; 0: unmapped
   std::vector<uint32_t> idle_since_;              // per granule: the interval in which it last became idle

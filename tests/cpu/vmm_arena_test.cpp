@@ -637,6 +637,45 @@ TEST_CASE("exact extents (under a budget): no buffer takes part of an extent; ev
   CHECK(fake.errors.empty());
 }
 
+TEST_CASE("exact extents: a request takes whole idle extents wherever they lie in an idle run", "[arena]") {
+  FakePhysical fake;
+  VmmArena arena(fake, 64 * kG, 32 * kG, 2, /*exact_extents=*/true);
+  REQUIRE(arena.ok());
+  // Short-lived buffers go high: a (4 granules) at the top, b (8) below it, c (6) below b.
+  const auto a = arena.allocate(4 * kG, Lifetime::kShort);
+  const auto b = arena.allocate(8 * kG, Lifetime::kShort);
+  const auto c = arena.allocate(6 * kG, Lifetime::kShort);
+  REQUIRE((a && b && c));
+  REQUIRE(b->address + 8 * kG == a->address);
+  REQUIRE(c->address + 6 * kG == b->address);
+  for (const auto* x : {&a, &b, &c}) REQUIRE(arena.free((*x)->address));
+  CHECK(arena.stats().idle_bytes == 18 * kG);  // one idle run of three extents: [c 6][b 8][a 4]
+  const uint64_t maps = fake.map_calls;
+  // 8 granules: not at the run's top (that would cut a and b), but b's extent below it.
+  const auto b2 = arena.allocate(8 * kG, Lifetime::kShort);
+  REQUIRE(b2);
+  CHECK(b2->fresh == 0);
+  CHECK(b2->address == b->address);
+  // 6 granules from the low end of what is left ([c 6] and [a 4] apart): c's extent.
+  const auto c2 = arena.allocate(6 * kG, Lifetime::kLong);
+  REQUIRE(c2);
+  CHECK(c2->fresh == 0);
+  CHECK(c2->address == c->address);
+  // 10 granules: a and b together would do, but b is taken: mapped fresh.
+  const auto d = arena.allocate(10 * kG, Lifetime::kShort);
+  REQUIRE(d);
+  CHECK(d->fresh == 10);
+  CHECK(fake.map_calls == maps + 1);
+  // Each of them is still evicted and restored whole.
+  for (const auto* x : {&b2, &c2, &d}) {
+    REQUIRE(arena.evict((*x)->address));
+    REQUIRE(arena.restore((*x)->address));
+    REQUIRE(arena.free((*x)->address));
+  }
+  CHECK(arena.trim(UINT64_MAX, all_settled) > 0);
+  CHECK(fake.errors.empty());
+}
+
 TEST_CASE("random workload keeps every invariant", "[arena]") {
   constexpr uint64_t kBudget = 48;
   constexpr uint64_t kRange = 256;

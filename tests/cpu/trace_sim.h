@@ -1,0 +1,151 @@
+// A recorded iteration (trace schema 2), run again and again through the memory manager on the
+// simulated device: every allocation, free and call with its buffers, in the recorded order, under
+// a budget and an offload policy. Sizes are divided by `scale` (granule too), so a ResNet-50
+// iteration of 5 GiB runs in a few MiB of host memory with the same granule counts. What it
+// measures is the runtime's host-side work: driver calls for mapping (the churn of Note [Extents
+// under a budget]), evictions, fault-ins and host waits per iteration, and the device's peak.
+#pragma once
+
+#include <fmt/format.h>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "planner/lifetimes.h"
+#include "planner/trace.h"
+#include "runtime/memory/call_scope.h"
+#include "runtime/memory_manager.h"
+#include "runtime/offload_replay.h"
+#include "tests/cpu/manager_fixture.h"
+#include "tests/cpu/sim_device.h"
+
+namespace vcudnn::test {
+
+struct SimIteration {
+  uint64_t creates = 0, maps = 0, unmaps = 0;   // the device's driver calls
+  uint64_t fresh_bytes = 0, trimmed_bytes = 0;  // scaled back to the trace's bytes
+  uint64_t evictions = 0, fault_ins = 0, host_waits = 0, reused = 0, allocations = 0;
+};
+
+struct SimResult {
+  std::string decided;  // the plan's log line
+  std::vector<SimIteration> iterations;
+  uint64_t peak_bytes = 0;  // most mapped at once, in the trace's bytes
+  uint64_t unmatched = 0;   // buffers alive at the iteration's end that no later free matched (freed)
+  std::string errors;       // the simulated device's complaints
+  std::string summary;
+  std::optional<memory::ReplayStats> replay;
+};
+
+inline Trace scaled_trace(Trace t, uint64_t scale) {
+  const auto down = [scale](uint64_t b) { return b == 0 ? 0 : std::max<uint64_t>(1, (b + scale - 1) / scale); };
+  for (TraceBuffer& b : t.buffers) b.bytes = down(b.bytes);
+  for (TraceCall& c : t.calls) {
+    c.workspace_bytes = down(c.workspace_bytes);
+    c.bytes = down(c.bytes);
+  }
+  return t;
+}
+
+// `budget`: in the trace's bytes. The plan is installed after the first iteration, as the runtime
+// does once the recorder has it.
+inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
+                                uint64_t scale = 64) {
+  constexpr uint64_t kGranule = 2ull << 20;
+  const uint64_t g = kGranule / scale;
+  const Trace trace = scaled_trace(original, scale);
+  const Lifetimes lt = lifetimes(trace);
+  MemoryActive on;
+  const uint64_t budget_granules = budget / kGranule;
+  SimDevice dev(g, budget_granules);
+  memory::ManagerConfig config = manager_config(budget_granules * g, g);
+  config.device_total = 40960 * g;
+  config.reserve_bytes = 4 * config.device_total;
+  config.host_budget = 64ull << 30 >> 6;
+  config.host_slab_bytes = 4 * g;
+  memory::MemoryManager m(dev, dev, dev, config);
+  const memory::Stream s = SimDevice::stream(1);
+  SimResult out;
+
+  std::vector<uint64_t> address(trace.buffers.size(), 0);
+  const auto origin = [&](uint32_t i) {
+    return trace.buffers[i].library ? memory::Origin::kLibrary : memory::Origin::kFramework;
+  };
+  for (const BufferLife& b : lt.buffers) {  // alive before the iteration: parameters, state, ...
+    if (b.alloc_seq) continue;
+    const auto a = m.allocate(trace.buffers[b.buffer].bytes, s, origin(b.buffer));
+    if (a) address[b.buffer] = *a;
+  }
+  const auto snapshot = [&] {
+    const memory::ManagerStats st = m.stats();
+    SimIteration x;
+    x.creates = dev.creates, x.maps = dev.maps, x.unmaps = dev.unmaps;
+    x.fresh_bytes = st.fresh_bytes * scale, x.trimmed_bytes = st.trimmed_bytes * scale;
+    x.evictions = st.evictions_started, x.fault_ins = st.fault_ins, x.host_waits = st.host_waits;
+    x.reused = st.reused, x.allocations = st.allocations;
+    return x;
+  };
+  for (int it = 0; it < iterations; ++it) {
+    const SimIteration before = snapshot();
+    for (const TraceCall& c : trace.calls) {
+      if (c.seq < trace.first_seq || c.seq >= trace.end_seq) continue;
+      if (c.kind == CallKind::kAlloc && c.buffer >= 0) {
+        const auto a = m.allocate(trace.buffers[c.buffer].bytes, s, origin(c.buffer));
+        address[c.buffer] = a.value_or(0);
+      } else if (c.kind == CallKind::kFree && c.buffer >= 0) {
+        if (address[c.buffer]) m.free(address[c.buffer], s);
+        address[c.buffer] = 0;
+      } else if (!c.accesses.empty()) {
+        memory::CallScope scope;
+        std::vector<uint64_t> words;
+        for (const BufferAccess& a : c.accesses)
+          if (address[a.buffer]) words.push_back(address[a.buffer]);
+        m.touch(words.data(), words.size(), memory::Access::kUnknown, s, "call");
+      }
+      dev.run_all();  // a device that keeps up with the host
+    }
+    // Buffers the iteration allocated and left alive are the ones the next iteration frees where
+    // this one freed buffers alive at its start: matched by size, in order. The rest are freed
+    // before the next iteration starts, as a training loop's zero_grad frees the gradients that the
+    // backward pass allocates again.
+    std::map<uint64_t, std::deque<uint32_t>> carried;
+    for (const BufferLife& b : lt.buffers)
+      if (b.alloc_seq && !b.free_seq && address[b.buffer]) carried[trace.buffers[b.buffer].bytes].push_back(b.buffer);
+    for (const BufferLife& b : lt.buffers) {
+      if (b.alloc_seq || !b.free_seq) continue;
+      auto& q = carried[trace.buffers[b.buffer].bytes];
+      if (q.empty()) continue;
+      address[b.buffer] = address[q.front()];
+      address[q.front()] = 0;
+      q.pop_front();
+    }
+    for (auto& [bytes, q] : carried) {
+      for (uint32_t i : q) {
+        m.free(address[i], s);
+        address[i] = 0;
+        ++out.unmatched;
+      }
+    }
+    dev.run_all();
+    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy);
+    const SimIteration after = snapshot();
+    SimIteration d;
+    d.creates = after.creates - before.creates, d.maps = after.maps - before.maps;
+    d.unmaps = after.unmaps - before.unmaps;
+    d.fresh_bytes = after.fresh_bytes - before.fresh_bytes;
+    d.trimmed_bytes = after.trimmed_bytes - before.trimmed_bytes;
+    d.evictions = after.evictions - before.evictions, d.fault_ins = after.fault_ins - before.fault_ins;
+    d.host_waits = after.host_waits - before.host_waits, d.reused = after.reused - before.reused;
+    d.allocations = after.allocations - before.allocations;
+    out.iterations.push_back(d);
+  }
+  out.peak_bytes = dev.peak_mapped_granules() * kGranule;
+  out.errors = dev.errors.empty() ? "" : dev.first_errors();
+  out.summary = m.summary();
+  out.replay = m.replay_stats();
+  return out;
+}
+
+}  // namespace vcudnn::test

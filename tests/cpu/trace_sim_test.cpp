@@ -1,0 +1,84 @@
+// The recorded ResNet-50 iteration (batch 64, H100, tests/data/resnet50_b64_trace.json) replayed
+// through the memory manager under budgets (trace_sim.h): vcudnn's plan against on-demand eviction.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include "tests/common/test_util.h"
+#include "tests/cpu/trace_sim.h"
+
+using namespace vcudnn;
+
+namespace {
+
+const Trace& resnet50() {
+  static const Trace t = [] {
+    auto r = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
+    REQUIRE(r);
+    return r.value();
+  }();
+  return t;
+}
+
+// PyTorch's peak allocation for this model and batch on the H100 (torch.cuda.max_memory_allocated).
+constexpr uint64_t kPeak = 5830299796ull;
+constexpr int kIterations = 7;
+constexpr int kSteady = 3;  // iterations before this one are the recording and the first replays
+
+struct Steady {
+  double maps = 0, evictions = 0, fault_ins = 0, host_waits = 0;
+};
+
+Steady steady(const test::SimResult& r) {
+  Steady s;
+  for (size_t i = kSteady; i < r.iterations.size(); ++i) {
+    s.maps += static_cast<double>(r.iterations[i].maps);
+    s.evictions += static_cast<double>(r.iterations[i].evictions);
+    s.fault_ins += static_cast<double>(r.iterations[i].fault_ins);
+    s.host_waits += static_cast<double>(r.iterations[i].host_waits);
+  }
+  const double n = static_cast<double>(r.iterations.size() - kSteady);
+  return {s.maps / n, s.evictions / n, s.fault_ins / n, s.host_waits / n};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "recorded ResNet-50 iteration under 80% and 60% budgets: the plan is followed with no fault-in and fewer "
+    "mappings than on-demand eviction; the budget holds",
+    "[replay][memory]") {
+  // Mappings per steady iteration measured when this test was written (the driver calls of Note
+  // [Extents under a budget]; ~300 us each on the H100): 102 at 80%, 153 at 60%; on demand 152 and
+  // 183. The bounds leave ~10% before a change in the arena or the plan counts as a regression.
+  struct Case {
+    int percent;
+    double max_maps;
+  };
+  for (const Case c : {Case{80, 112}, Case{60, 168}}) {
+    const uint64_t budget = kPeak * static_cast<uint64_t>(c.percent) / 100;
+    const test::SimResult plan = test::simulate_trace(resnet50(), budget, "vcudnn", kIterations);
+    const test::SimResult lru = test::simulate_trace(resnet50(), budget, "lru", kIterations);
+    const Steady p = steady(plan), l = steady(lru);
+    INFO(
+        fmt::format("{}%: plan: maps {:.1f} evictions {:.1f} fault_ins {:.1f} host_waits {:.1f}; on demand: maps "
+                    "{:.1f} evictions {:.1f} fault_ins {:.1f}\n{}\n{}",
+                    c.percent, p.maps, p.evictions, p.fault_ins, p.host_waits, l.maps, l.evictions, l.fault_ins,
+                    plan.decided, plan.summary));
+    CHECK_THAT(plan.decided, Catch::StartsWith("vcudnn plan from the recorded iteration"));
+    CHECK(plan.errors.empty());
+    CHECK(lru.errors.empty());
+    CHECK(plan.peak_bytes <= budget);
+    CHECK(lru.peak_bytes <= budget);
+    REQUIRE(plan.replay);
+    // The iteration starts with frees the recorded one did not have (the gradients of the step
+    // before): the plan loses its place there once and finds the start again, every iteration.
+    CHECK(plan.replay->syncs >= kIterations - 1);
+    CHECK(plan.replay->iterations >= kIterations - 2);
+    // Every eviction of the steady state is planned, and every copy back too.
+    CHECK(p.fault_ins == 0);
+    CHECK(p.evictions > 0);
+    CHECK(l.fault_ins > 0);
+    CHECK(p.maps <= c.max_maps);
+    CHECK(p.maps < l.maps);
+  }
+}
