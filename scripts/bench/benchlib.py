@@ -193,7 +193,7 @@ OFFLOAD_MODELS = ("resnet18", "resnet50", "transformer")
 
 
 def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=256, vocab=1000, pin_cores=True,
-                   compile_mode=None, graphed=False):
+                   compile_mode=None, graphed=False, torch_offload=None, amp=None):
     """A training step on synthetic data generated on the CPU from `seed`, so that every process, whatever it
     preloads, starts from the same weights and sees the same bytes. resnet18/resnet50 (or any other torchvision
     classification model, by name): images batch x 3 x size x size, `num_classes` classes, SGD with momentum.
@@ -203,7 +203,12 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
     iteration and returns the loss as a CUDA tensor (no synchronisation). Dropout draws from CUDA's generator,
     seeded here too. pin_cores: run on cores 2-7, as training_step does (less placement noise).
     compile_mode: torch.compile the model with this mode ("default", "reduce-overhead", ...); graphed: the model
-    through torch.cuda.make_graphed_callables (forward and backward replayed as CUDA graphs)."""
+    through torch.cuda.make_graphed_callables (forward and backward replayed as CUDA graphs).
+    torch_offload: PyTorch's own answers to a model that does not fit, for comparison: "save_on_cpu" (the forward
+    under torch.autograd.graph.save_on_cpu(pin_memory=True): every saved activation goes to pinned host memory and
+    back) or "checkpoint" (torch.utils.checkpoint, use_reentrant=False, on each block: each residual block of a
+    resnet, each encoder layer of the transformer, four segments of another nn.Sequential stage).
+    amp: "bf16" runs the forward under torch.autocast("cuda", dtype=torch.bfloat16)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -236,19 +241,78 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
         raise ValueError(f"unknown model {model_name!r} (expected one of {', '.join(OFFLOAD_MODELS)})")
     model.train()
     x, y = x.cuda(), y.cuda()
+    if torch_offload == "checkpoint":
+        _checkpoint_blocks(model)
+    elif torch_offload not in (None, "save_on_cpu"):
+        raise ValueError(f"unknown torch_offload {torch_offload!r} (save_on_cpu or checkpoint)")
+    if amp not in (None, "bf16"):
+        raise ValueError(f"unknown amp {amp!r} (bf16)")
     if graphed:
         model = torch.cuda.make_graphed_callables(model, (x,))
     if compile_mode:
         model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
 
+    def forward():
+        if amp == "bf16":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return loss_of(model(x), y)
+        return loss_of(model(x), y)
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(model(x), y)
+        if torch_offload == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                loss = forward()
+        else:
+            loss = forward()
         loss.backward()
         opt.step()
         return loss.detach()
 
     return step
+
+
+def _checkpoint_blocks(model):
+    """Wraps the blocks of `model` in torch.utils.checkpoint (see synthetic_step): each block's forward is
+    replaced in place, so that the modules keep their attributes (TransformerEncoder reads its layers')."""
+    import torch.nn as nn
+    from torch.utils.checkpoint import checkpoint
+
+    def wrap(module):
+        inner = module.forward
+
+        def forward(*args, **kwargs):
+            return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+
+        module.forward = forward
+
+    wrapped = 0
+    for module in list(model.modules()):
+        if isinstance(module, nn.TransformerEncoder):
+            for layer in module.layers:
+                wrap(layer)
+                wrapped += 1
+        elif isinstance(module, nn.Sequential) and len(module) > 1 and module is not model:
+            if all(len(list(m.children())) > 0 for m in module):  # blocks (a resnet stage): one each
+                for m in module:
+                    wrap(m)
+                    wrapped += 1
+            elif all(len(list(m.children())) == 0 for m in module) and len(module) >= 8:  # a flat stage (vgg)
+                for m in module:  # an in-place op on a segment's input would spoil its recomputation
+                    if hasattr(m, "inplace"):
+                        m.inplace = False
+                n = len(module)
+                cuts = [round(k * n / 4) for k in range(5)]
+                segments = [nn.Sequential(*list(module)[a:b]) for a, b in zip(cuts, cuts[1:]) if b > a]
+                for i in range(n - 1, -1, -1):
+                    del module[i]
+                for seg in segments:
+                    wrap(seg)
+                    module.append(seg)
+                    wrapped += 1
+    if wrapped == 0:
+        raise ValueError("checkpoint: no block of the model to wrap")
+    return wrapped
 
 
 def torch_versions():

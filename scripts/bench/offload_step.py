@@ -31,6 +31,9 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", default=None, metavar="MODE",
                    help="torch.compile the model (default, reduce-overhead, ...); the compile runs in the warm-up")
+    p.add_argument("--torch-offload", choices=("save_on_cpu", "checkpoint"),
+                   help="PyTorch's own memory saving instead (benchlib.synthetic_step)")
+    p.add_argument("--amp", choices=("bf16",), help="autocast the forward")
     p.add_argument("--out", required=True, help="JSON result file")
     args = p.parse_args()
 
@@ -39,7 +42,7 @@ def main():
         raise SystemExit("offload_step.py: no CUDA device visible to PyTorch")
     torch.backends.cudnn.benchmark = args.benchmark
     step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seq=args.seq, seed=args.seed,
-                                   compile_mode=args.compile)
+                                   compile_mode=args.compile, torch_offload=args.torch_offload, amp=args.amp)
 
     t0 = time.perf_counter()
     for _ in range(args.warmup):
@@ -69,6 +72,7 @@ def main():
         "size": args.size if args.model != "transformer" else None,
         "seq": args.seq if args.model == "transformer" else None,
         "warmup": args.warmup, "steps": args.steps, "seed": args.seed,
+        "torch_offload": args.torch_offload, "amp": args.amp,
         "warmup_ms": warmup_ms,
         "step_ms": step_ms,
         "median_step_ms": statistics.median(step_ms) if step_ms else None,
