@@ -90,6 +90,7 @@ uint64_t MemoryManager::free_granules() const {
 
 std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream, Origin origin) {
   if (bytes == 0) return uint64_t{0};
+  if (replan_wanted_.load(std::memory_order_relaxed) != 0) maybe_replan();
   std::unique_lock<std::mutex> lock(mu_);
   // The plan's copies due at this allocation first: they make its room.
   Replayer* replay = replay_.load(std::memory_order_acquire);
@@ -97,6 +98,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
     std::vector<Replayer::Due> due;
     replay->on_alloc(bytes, due);
     run_due(due);
+    judge_iteration();
   }
   const pool::Lifetime lifetime = stream ? pool::Lifetime::kShort : pool::Lifetime::kLong;
   pool::TagSet waits;
@@ -174,6 +176,7 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
     std::vector<Replayer::Due> due;
     replay->on_free(b->bytes, due);
     run_due(due);
+    judge_iteration();
   }
   // The memory is reusable after the free in its stream's order; cudaFree (no stream) orders after
   // every stream that used the buffer and the legacy stream.
@@ -343,10 +346,45 @@ bool MemoryManager::wait_for_idle() {
 void MemoryManager::install_replay(ReplayScript script) {
   auto replay = std::make_unique<Replayer>(std::move(script));
   std::lock_guard<std::mutex> lock(mu_);
+  if (installs_++ > 0) ++counters_.replans;
+  judged_iterations_ = 0;
+  replan_wanted_.store(0, std::memory_order_relaxed);
   for (const auto& [addr, b] : live_) replay->bind_persistent(b);
   if (replay_owner_) replaced_.push_back(std::move(replay_owner_));  // hooks may still hold it
   replay_owner_ = std::move(replay);
   replay_.store(replay_owner_.get(), std::memory_order_release);
+}
+
+void MemoryManager::set_replanner(std::function<void(uint64_t)> replanner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  replanner_ = std::move(replanner);
+}
+
+// With mu_ held, after each memory event the script follows: at the end of a followed iteration,
+// the on-demand evictions and fault-ins since the previous end are the help the plan needed. The
+// first iteration after an install is not judged (it still pays for evictions made before the
+// plan); a later one that needed help asks for a re-plan.
+void MemoryManager::judge_iteration() {
+  const Replayer* replay = replay_.load(std::memory_order_acquire);
+  if (!replay || !replanner_) return;
+  const uint64_t done = replay->iterations_done();
+  if (done == judged_iterations_) return;
+  const uint64_t help = residency_.stats().started - counters_.planned_offloads + counters_.fault_ins;
+  if (judged_iterations_ > 0 && help > help_at_judge_) replan_wanted_.store(help - help_at_judge_);
+  judged_iterations_ = done;
+  help_at_judge_ = help;
+}
+
+void MemoryManager::maybe_replan() {
+  std::function<void(uint64_t)> replanner;
+  uint64_t helped = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    helped = replan_wanted_.exchange(0);
+    if (helped == 0 || !replanner_) return;
+    replanner = replanner_;
+  }
+  replanner(helped);  // plans (a few ms) and installs the new script, which takes mu_
 }
 
 std::optional<ReplayStats> MemoryManager::replay_stats() const {
@@ -890,9 +928,9 @@ std::string MemoryManager::replay_summary(const ManagerStats& s) const {
   if (!r) return "";
   return fmt::format(
              " replay: iterations={} syncs={} mismatches={} skipped_steps={} extra_steps={} offloads={} prefetches={} "
-             "late={} moved_earlier={} missed={}",
+             "late={} moved_earlier={} missed={} replans={}",
              r->iterations, r->syncs, r->mismatches, r->skipped_steps, r->extra_steps, s.planned_offloads, s.prefetches,
-             r->late_prefetches, r->moved_earlier, s.replay_missed) +
+             r->late_prefetches, r->moved_earlier, s.replay_missed, s.replans) +
          (r->first_mismatch.empty() ? "" : " (first stray: " + r->first_mismatch + ")");
 }
 

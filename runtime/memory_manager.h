@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -96,6 +97,7 @@ struct ManagerStats {
   uint64_t planned_offloads = 0;  // copies out started by the plan
   uint64_t prefetches = 0;        // copies back started by the plan
   uint64_t replay_missed = 0;     // planned copies whose buffer was gone or could not move
+  uint64_t replans = 0;           // scripts installed after the first
 };
 
 enum class Origin { kFramework, kLibrary };  // kLibrary: allocated by an NVIDIA library: never evicted
@@ -146,6 +148,10 @@ class MemoryManager {
   // Offload and prefetch from now on as `script` says (under a budget; on demand where the program
   // strays from it). Replaces an earlier script.
   void install_replay(ReplayScript script);
+  // Called (outside the manager's lock, on an allocating thread) when an iteration followed to its
+  // end after the plan's first needed on-demand evictions or fault-ins (their count): the caller
+  // may plan again with more room (offload_replay.h). Set before or with the first script.
+  void set_replanner(std::function<void(uint64_t helped)> replanner);
   std::optional<ReplayStats> replay_stats() const;
   // A pointer query on an evicted buffer: mapped again (its copy back queued) before the driver answers.
   void prepare_query(uint64_t word, const char* api);
@@ -252,6 +258,15 @@ class MemoryManager {
   std::atomic<bool> opaque_graphs_{false};  // a graph vcudnn did not see captured was used
   std::atomic<OpSink*> sink_{nullptr};
   std::unique_ptr<Replayer> replay_owner_;  // under mu_; an installed script is never freed before exit
+  // Re-planning (set_replanner): the on-demand help the current script needed, judged per followed
+  // iteration; the first iteration after an install is its warm-up and not judged.
+  void judge_iteration();
+  void maybe_replan();
+  std::function<void(uint64_t)> replanner_;  // under mu_
+  std::atomic<uint64_t> replan_wanted_{0};   // the help counted, when a re-plan is due
+  uint64_t judged_iterations_ = 0;           // the current script's iterations_done() last judged
+  uint64_t help_at_judge_ = 0;               // on-demand evictions + fault-ins then
+  uint64_t installs_ = 0;
   std::vector<std::unique_ptr<Replayer>> replaced_;
   std::atomic<Replayer*> replay_{nullptr};
   OpSink* recording_sink() const {

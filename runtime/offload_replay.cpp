@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <utility>
 
 #include "planner/lifetimes.h"
 #include "planner/offload_plan.h"
 #include "planner/replay_script.h"
+#include "runtime/log.h"
 #include "runtime/memory_manager.h"
 
 namespace vcudnn {
@@ -20,13 +23,10 @@ std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<d
 // prefetches are placed; late ones move earlier at run time.
 constexpr double kUntimedCallMs = 0.005;
 
-}  // namespace
-
-std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name) {
-  if (!manager.budget()) return "";
-  if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
-  const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
-  if (!policy) return "unknown VCUDNN_OFFLOAD_POLICY " + name + "; eviction stays on demand";
+// Plans `trace` for the budget less 1/room of it and installs the script; what was decided, and
+// whether a script was installed.
+std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::MemoryManager& manager,
+                                              const std::string& name, OffloadPolicy policy, uint32_t room) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lifetimes lt = lifetimes(trace);
   OffloadOptions options;
@@ -34,15 +34,15 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   options.replayable_only = true;
   const LinkModel link =
       trace.link ? LinkModel{trace.link->device_to_host, trace.link->host_to_device, trace.link->both} : kAssumedLink;
-  // The plan leaves 1/16 of the budget for what the model does not see: buffers below a granule
-  // share granules, and freed memory stays mapped until reused.
+  // The plan leaves 1/room of the budget for what its model does not see: buffers below a granule
+  // share granules, and freed memory stays mapped until reused (Note [Room the plan leaves]).
   const uint64_t budget = *manager.budget();
-  uint64_t target = budget - budget / 16;
+  uint64_t target = budget - budget / room;
   const SpanModel model = span_model(trace, lt, options);
-  Result<OffloadPlan> plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
+  Result<OffloadPlan> plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
   if (!plan) {
     target = budget;
-    plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
+    plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
   }
   // Some calls need more than the budget in the plan's model (an optimizer's loop uses every
   // parameter a call apart, which no plan moves, though on-demand eviction can): the plan then
@@ -54,16 +54,17 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   if (!plan) {
     partial = true;
     for (target = std::max(target, least); target < peak; target += std::max(options.granule, budget / 32)) {
-      plan = plan_offload(trace, lt, target, *policy, options, link, kUntimedCallMs);
+      plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
       if (plan) break;
     }
   }
-  if (!plan) return "no " + name + " plan for the budget: " + plan.error().message + "; eviction stays on demand";
+  if (!plan)
+    return {"no " + name + " plan for the budget: " + plan.error().message + "; eviction stays on demand", false};
   schedule_prefetches(trace, model, plan.value(), link, kUntimedCallMs);
   Result<ReplayScript> script = replay_script(trace, lt, model, plan.value());
-  if (!script) return "the " + name + " plan cannot be replayed: " + script.error().message;
+  if (!script) return {"the " + name + " plan cannot be replayed: " + script.error().message, false};
   if (script->anchor == 0)
-    return "the recorded iteration has no unique start among its allocations; eviction stays on demand";
+    return {"the recorded iteration has no unique start among its allocations; eviction stays on demand", false};
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::string what = fmt::format(
       "{} plan from the recorded iteration ({} calls, {} memory events): {} buffers out and back, {} each way per "
@@ -73,9 +74,47 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
       mib(target),
       partial
           ? fmt::format(" (above the budget of {}: calls that need more are served by on-demand eviction)", mib(budget))
-          : fmt::format(" (the budget {} less room for small buffers)", mib(budget)),
+          : fmt::format(" (the budget {} less 1/{} of it as room)", mib(budget), room),
       plan->fits ? "" : " (does NOT fit: the rest is evicted on demand)", mib(least - options.granule), ms);
   manager.install_replay(std::move(script.value()));
+  return {what, true};
+}
+
+}  // namespace
+
+std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name,
+                                      uint32_t room) {
+  if (!manager.budget()) return "";
+  if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
+  const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
+  if (!policy) return "unknown VCUDNN_OFFLOAD_POLICY " + name + "; eviction stays on demand";
+  room = std::max(room, kMostRoom);
+  // A plan that needs on-demand help in a steady iteration is made again with twice the room, down
+  // to 1/kMostRoom of the budget (Note [Room the plan leaves]).
+  struct Replan {
+    Trace trace;
+    std::string name;
+    OffloadPolicy policy;
+    uint32_t room;
+    bool said_last = false;
+  };
+  auto state = std::make_shared<Replan>(Replan{trace, name, *policy, room});
+  manager.set_replanner([state, &manager](uint64_t helped) {
+    if (state->room <= kMostRoom) {
+      if (!std::exchange(state->said_last, true))
+        VCUDNN_LOG_INFO(
+            "offload: the plan (1/{} of the budget as room) still needed {} on-demand evictions or "
+            "fault-ins in an iteration; on-demand eviction covers them from now on",
+            state->room, helped);
+      return;
+    }
+    state->room /= 2;
+    const auto [what, installed] = plan_and_install(state->trace, manager, state->name, state->policy, state->room);
+    VCUDNN_LOG_INFO("offload: the plan needed {} on-demand evictions or fault-ins in an iteration; planned again: {}",
+                    helped, what);
+  });
+  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room);
+  if (!installed) manager.set_replanner(nullptr);
   return what;
 }
 

@@ -149,6 +149,7 @@ void Replayer::on_event(const Seen* step, std::vector<Due>& due) {
   if (++event_ >= script_.events) {
     if (step_ >= script_.steps.size()) {
       ++stats_.iterations;
+      iterations_done_.store(stats_.iterations, std::memory_order_release);
       begin_iteration();
     } else {
       event_ = script_.events - 1;  // more uses than recorded: the remaining steps set the position
@@ -176,6 +177,7 @@ Replayer::Place Replayer::place(const Seen& s) {
   if (script_.steps.size() - step_ <= kLookahead && matches(0, s)) {
     stats_.skipped_steps += script_.steps.size() - step_;
     ++stats_.iterations;
+    iterations_done_.store(stats_.iterations, std::memory_order_release);
     begin_iteration();
     extras_in_row_ = 0;
     return Place::kExpected;

@@ -7,6 +7,7 @@
 // Note [Replaying an offload plan]. Thread-safe: one mutex, taken after the manager's when both are.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -62,6 +63,8 @@ class Replayer {
   std::vector<Buffer*> choose(std::vector<EvictionCandidate> candidates, uint64_t bytes);
 
   bool synced() const;
+  // Iterations followed to their end so far (stats().iterations), without the lock.
+  uint64_t iterations_done() const { return iterations_done_.load(std::memory_order_acquire); }
   ReplayStats stats() const;
   const ReplayScript& script() const { return script_; }
 
@@ -111,6 +114,7 @@ class Replayer {
   std::vector<Seen> recent_;  // the last `anchor` steps seen while not synced (ring)
   size_t recent_next_ = 0;
   ReplayStats stats_;
+  std::atomic<uint64_t> iterations_done_{0};
 };
 
 }  // namespace vcudnn::memory

@@ -37,6 +37,7 @@ struct SimResult {
   std::string errors;       // the simulated device's complaints
   std::string summary;
   std::optional<memory::ReplayStats> replay;
+  uint64_t replans = 0;  // scripts installed after the first (offload_replay.h)
 };
 
 inline Trace scaled_trace(Trace t, uint64_t scale) {
@@ -52,7 +53,7 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 // `budget`: in the trace's bytes. The plan is installed after the first iteration, as the runtime
 // does once the recorder has it.
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
-                                uint64_t scale = 64) {
+                                uint64_t scale = 64, uint32_t room = kFirstRoom) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
   const Trace trace = scaled_trace(original, scale);
@@ -129,7 +130,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
       }
     }
     dev.run_all();
-    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy);
+    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room);
     const SimIteration after = snapshot();
     SimIteration d;
     d.creates = after.creates - before.creates, d.maps = after.maps - before.maps;
@@ -145,6 +146,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   out.errors = dev.errors.empty() ? "" : dev.first_errors();
   out.summary = m.summary();
   out.replay = m.replay_stats();
+  out.replans = m.stats().replans;
   return out;
 }
 
