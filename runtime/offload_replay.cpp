@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "planner/lifetimes.h"
@@ -94,12 +95,18 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   struct Replan {
     Trace trace;
     std::string name;
-    OffloadPolicy policy;
-    uint32_t room;
+    OffloadPolicy policy = OffloadPolicy::kVcudnn;
+    uint32_t room = kFirstRoom;
     bool said_last = false;
+    std::mutex mu;  // two threads may each find a re-plan due
   };
-  auto state = std::make_shared<Replan>(Replan{trace, name, *policy, room});
+  auto state = std::make_shared<Replan>();
+  state->trace = trace;
+  state->name = name;
+  state->policy = *policy;
+  state->room = room;
   manager.set_replanner([state, &manager](uint64_t helped) {
+    std::lock_guard<std::mutex> lock(state->mu);
     if (state->room <= kMostRoom) {
       if (!std::exchange(state->said_last, true))
         VCUDNN_LOG_INFO(
