@@ -9,6 +9,7 @@ usage: plan_plot.py PLAN.json OUT.png"""
 import argparse
 import json
 import sys
+from pathlib import Path
 
 MIB = 1 << 20
 STYLES = {"without": ("#8c8c8c", "-"), "vcudnn": ("#c44e52", "-"), "vdnn-all": ("#4c72b0", "--"),
@@ -42,7 +43,7 @@ def main():
                label=f"least any plan needs {plan['least_budget'] / MIB:.0f} MiB")
     ax.set_xlabel("operation of the iteration")
     ax.set_ylabel("device memory (MiB)")
-    ax.set_title(f"offload plans: {plan['trace']}", fontsize=9)
+    ax.set_title(f"offload plans: {Path(plan['trace']).name}, budget {plan['budget'] / 2**20:.0f} MiB", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     ax.set_ylim(bottom=0)
     fig.tight_layout()

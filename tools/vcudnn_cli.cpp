@@ -130,6 +130,15 @@ int run_plot_script(const char* name, std::vector<std::string> script_args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// The trace shipped with the sources (tests/data): a recorded iteration to plan and draw on a
+// machine without a GPU, the default of `vcudnn trace` and `vcudnn plan`.
+std::string shipped_trace_name() { return "ResNet-50, batch 64, recorded on an H100"; }
+std::string shipped_trace() {
+  const std::string path = std::string(VCUDNN_SOURCE_DIR) + "/tests/data/resnet50_b64_trace.json";
+  fmt::print("no trace given: the shipped one, {} ({})\n", shipped_trace_name(), path);
+  return path;
+}
+
 // Draws the trace with scripts/trace_plot.py.
 int plot_trace(const std::string& path, const std::string& out, uint64_t budget) {
   std::vector<std::string> args{path, out};
@@ -428,15 +437,17 @@ int main(int argc, char** argv) {
   std::string plot_path;
   uint64_t plot_budget = 0;
   auto* trace = app.add_subcommand("trace", "check and summarise a trace written by VCUDNN_TRACE");
-  trace->add_option("file", trace_path, "trace file")->required();
+  trace->add_option("file", trace_path, "trace file (default: the shipped one, " + vcudnn::shipped_trace_name() + ")");
   trace->add_flag("--require-complete", require_complete, "exit 3 when the trace holds no complete iteration");
   trace->add_option("--plot", plot_path, "also draw memory over the iteration into this PNG (python3 with matplotlib)");
   trace->add_option("--budget", plot_budget, "with --plot: draw a device budget (bytes)");
   vcudnn::PlanRequest plan_request;
   auto* plan = app.add_subcommand("plan", "offload plans for a trace's iteration under a device budget, by policy");
-  plan->add_option("file", plan_request.path, "trace file (recorded with VCUDNN_POLICY=offload)")->required();
-  plan->add_option("--budget", plan_request.budget, "device budget: bytes (K/M/G/T) or a percentage of the peak")
-      ->required();
+  plan->add_option("file", plan_request.path,
+                   "trace file, recorded with VCUDNN_POLICY=offload (default: the shipped one, " +
+                       vcudnn::shipped_trace_name() + ")");
+  plan->add_option("--budget", plan_request.budget,
+                   "device budget: bytes (K/M/G/T) or a percentage of the peak (default 60%)");
   plan->add_option("--policy", plan_request.policy, "all (default), vcudnn, vdnn-all, vdnn-conv or modnn");
   plan->add_option("--json", plan_request.json, "write the plans (moves, device bytes per call, times) to this file");
   plan->add_option("--plot", plan_request.plot, "draw device memory with and without each plan into this PNG");
@@ -463,8 +474,13 @@ int main(int argc, char** argv) {
     }
     return vcudnn::launcher::run(request);
   }
-  if (plan->parsed()) return vcudnn::run_plan(plan_request);
+  if (plan->parsed()) {
+    if (plan_request.path.empty()) plan_request.path = vcudnn::shipped_trace();
+    if (plan_request.budget.empty()) plan_request.budget = "60%";
+    return vcudnn::run_plan(plan_request);
+  }
   if (trace->parsed()) {
+    if (trace_path.empty()) trace_path = vcudnn::shipped_trace();
     const int rc = vcudnn::run_trace(trace_path, require_complete);
     if (rc == 1 || plot_path.empty()) return rc;
     const int plotted = vcudnn::plot_trace(trace_path, plot_path, plot_budget);

@@ -325,6 +325,30 @@ TEST_CASE("vcudnn plan: the policies side by side from the command line; a budge
   }
 }
 
+// With no arguments, `vcudnn plan` and `vcudnn trace` take the trace shipped in tests/data (the
+// README's main job on a machine without a GPU): every policy at 60% of its peak.
+TEST_CASE("vcudnn plan and vcudnn trace without arguments take the shipped ResNet-50 trace", "[offload_plan][cli]") {
+  const std::string cli = test::exe_dir() + "/vcudnn";
+  const std::string shipped = test::source_dir() + "/tests/data/resnet50_b64_trace.json";
+  const auto r = test::run_process({cli, "plan"}, {});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("no trace given: the shipped one"));
+  CHECK_THAT(r.out, Catch::Contains("plan " + shipped + ": "));
+  CHECK_THAT(r.out, Catch::Contains("(60.0% of the peak)"));
+  for (const char* row : {"| vcudnn | yes |", "| vdnn-all | yes |", "| vdnn-conv | yes |", "| modnn | yes |"})
+    CHECK_THAT(r.out, Catch::Contains(row));
+  const auto budget = test::run_process({cli, "plan", "--budget", "80%", "--policy", "vcudnn"}, {});
+  CHECK(budget.exit_code == 0);
+  CHECK_THAT(budget.out, Catch::Contains("(80.0% of the peak)"));
+  CHECK_THAT(budget.out, !Catch::Contains("| modnn |"));
+  const auto t = test::run_process({cli, "trace", "--require-complete"}, {});
+  INFO(t.out << t.err);
+  CHECK(t.exit_code == 0);
+  CHECK_THAT(t.out, Catch::Contains("trace " + shipped + ": schema vcudnn.trace/2"));
+  CHECK_THAT(t.out, Catch::Contains("iteration: complete"));
+}
+
 // `vcudnn plan --plot` draws the curves with scripts/plan_plot.py (matplotlib, as for vcudnn trace).
 TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "[offload_plan][cli]") {
   const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB});
