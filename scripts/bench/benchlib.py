@@ -193,7 +193,7 @@ OFFLOAD_MODELS = ("resnet18", "resnet50", "transformer")
 
 
 def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=256, vocab=1000, pin_cores=True,
-                   compile_mode=None, graphed=False, torch_offload=None, amp=None):
+                   compile_mode=None, graphed=False, torch_offload=None, amp=None, wrap=None):
     """A training step on synthetic data generated on the CPU from `seed`, so that every process, whatever it
     preloads, starts from the same weights and sees the same bytes. resnet18/resnet50 (or any other torchvision
     classification model, by name): images batch x 3 x size x size, `num_classes` classes, SGD with momentum.
@@ -208,7 +208,9 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
     under torch.autograd.graph.save_on_cpu(pin_memory=True): every saved activation goes to pinned host memory and
     back) or "checkpoint" (torch.utils.checkpoint, use_reentrant=False, on each block: each residual block of a
     resnet, each encoder layer of the transformer, four segments of another nn.Sequential stage).
-    amp: "bf16" runs the forward under torch.autocast("cuda", dtype=torch.bfloat16)."""
+    amp: "bf16" runs the forward under torch.autocast("cuda", dtype=torch.bfloat16).
+    wrap: a function of the model (on the GPU, its optimizer already made) that returns the module to train, e.g.
+    DistributedDataParallel; seed the data per rank with `seed`."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -241,6 +243,8 @@ def synthetic_step(model_name, batch, size=224, seed=0, num_classes=1000, seq=25
         raise ValueError(f"unknown model {model_name!r} (expected one of {', '.join(OFFLOAD_MODELS)})")
     model.train()
     x, y = x.cuda(), y.cuda()
+    if wrap is not None:
+        model = wrap(model)
     if torch_offload == "checkpoint":
         _checkpoint_blocks(model)
     elif torch_offload not in (None, "save_on_cpu"):

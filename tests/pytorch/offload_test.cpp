@@ -316,3 +316,74 @@ TEST_CASE(
   // segment it touches (resnet18 batch 32: 690 MiB of 1.2 GiB), more than a 60% budget holds.
   check_model({"resnet18", 32, {"--compile", "reduce-overhead"}, true, false, ""});
 }
+
+namespace {
+
+// A count from the exit line of one process of a log several processes append to.
+std::optional<uint64_t> exit_count_of(const std::string& log, uint64_t pid, const std::string& key) {
+  std::optional<uint64_t> found;
+  for (const std::string& line : grep(log, "vcudnn[" + std::to_string(pid) + "]")) {
+    if (line.find("exit: ") == std::string::npos) continue;
+    const auto at = line.find(" " + key + "=");
+    if (at != std::string::npos) found = std::stoull(line.substr(at + key.size() + 2));
+  }
+  return found;
+}
+
+}  // namespace
+
+// DistributedDataParallel on two GPUs (NCCL, one process per GPU, each with its own data): each rank
+// records, plans and follows its own iteration under its own budget; every rank's losses are bit-
+// identical to DDP without vcudnn (which gives the same losses twice). Skipped with fewer than two
+// GPUs (the suite's usual machine); run on two with VCUDNN_TEST_PYTORCH_FILTER='[ddp]'.
+TEST_CASE(
+    "resnet50 under DDP on two GPUs and planned offload at 60%: each rank plans its own iteration, losses "
+    "bit-identical",
+    "[pytorch][offload][replay][ddp]") {
+  const ProcessResult count =
+      run_process({python_executable(), "-c", "import torch; print(torch.cuda.device_count())"}, base_env(), 120);
+  REQUIRE(count.exit_code == 0);
+  const int gpus = std::stoi(count.out);
+  if (gpus < 2) {
+    WARN("skipped: DDP needs two GPUs; " << gpus << " visible");
+    return;
+  }
+  Model m{"resnet50", 32, {"--ddp", "2"}};
+  m.steps = 8;
+  TempDir tmp;
+  const Run alone = train(m, "alone", tmp, false);
+  require_ran(m, alone);
+  const Run again = train(m, "again", tmp, false);
+  require_ran(m, again);
+  REQUIRE(alone.result.at("ranks").size() == 2);
+  uint64_t live = UINT64_MAX;
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& a = alone.result.at("ranks").at(rank);
+    REQUIRE(a.at("losses") == again.result.at("ranks").at(rank).at("losses"));  // DDP alone is deterministic
+    live = std::min(live, a.at("max_memory_allocated").get<uint64_t>());
+  }
+  CHECK(alone.result.at("ranks").at(0).at("losses") != alone.result.at("ranks").at(1).at("losses"));  // own data
+  const uint64_t budget = live * 60 / 100;
+  const Run r = train(m, "plan60", tmp, true, budget);
+  INFO(describe(r));
+  require_ran(m, r);
+  REQUIRE(r.result.at("ranks").size() == 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& mine = r.result.at("ranks").at(rank);
+    INFO("rank " << rank);
+    CHECK(mine.at("losses") == alone.result.at("ranks").at(rank).at("losses"));
+    REQUIRE(mine.at("vcudnn").is_object());
+    CHECK(mine.at("vcudnn").at("peakMappedBytes").get<uint64_t>() <= budget);
+    CHECK(mine.at("vcudnn_first_step").at("peakMappedBytes").get<uint64_t>() <= budget);
+    CHECK(mine.at("vcudnn").at("evictions").get<uint64_t>() > 0);
+    const auto pid = mine.at("pid").get<uint64_t>();
+    bool planned = false;
+    for (const std::string& line : grep(r.log, "vcudnn[" + std::to_string(pid) + "]"))
+      planned = planned || line.find("offload: vcudnn plan from the recorded iteration") != std::string::npos;
+    CHECK(planned);
+    CHECK(exit_count_of(r.log, pid, "iterations").value_or(0) >= 2);
+    CHECK(exit_count_of(r.log, pid, "offloads").value_or(0) > 0);
+    CHECK(exit_count_of(r.log, pid, "untracked_launches") == std::optional<uint64_t>(0));
+  }
+  WARN("DDP, 2 ranks, " << budget / kMiB << " MiB each:\n" << numbers(alone) << "\n" << numbers(r));
+}

@@ -53,13 +53,33 @@ def main():
     p.add_argument("--compile", default=None, metavar="MODE",
                    help="torch.compile the model: default, reduce-overhead (CUDA graphs), max-autotune-no-cudagraphs")
     p.add_argument("--graphed", action="store_true", help="torch.cuda.make_graphed_callables on the model")
+    p.add_argument("--ddp", type=int, default=0, metavar="N",
+                   help="DistributedDataParallel on N GPUs (NCCL; one process each, rank r on GPU r, its data seeded "
+                        "with seed + r): the result is rank 0's, with every rank's in \"ranks\"")
     p.add_argument("--json", required=True, help="result file")
     args = p.parse_args()
+    if args.ddp:
+        return run_ddp(args)
 
+    train(args)
+
+
+def train(args, rank=None):
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("train_offload.py: no CUDA device visible to PyTorch")
     make_deterministic(torch)
+    wrap, seed = None, args.seed
+    if rank is not None:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method="file://" + os.path.abspath(args.json) + ".rendezvous",
+                                rank=rank, world_size=args.ddp, device_id=torch.device("cuda", rank))
+        seed = args.seed + rank
+
+        def wrap(model):
+            return DistributedDataParallel(model, device_ids=[rank])
     if args.compile:
         import torch._inductor.config as inductor_config
         if hasattr(inductor_config, "deterministic"):  # no kernel choice by timing (PyTorch >= 2.7)
@@ -71,8 +91,9 @@ def main():
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = True
-    step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seed=args.seed, num_classes=args.classes,
-                                   seq=args.seq, pin_cores=False, compile_mode=args.compile, graphed=args.graphed)
+    step = benchlib.synthetic_step(args.model, args.batch, size=args.size, seed=seed, num_classes=args.classes,
+                                   seq=args.seq, pin_cores=False, compile_mode=args.compile, graphed=args.graphed,
+                                   wrap=wrap)
     losses, step_ms, first_step_peaks = [], [], None
     for i in range(args.steps):
         torch.cuda.synchronize()
@@ -113,11 +134,36 @@ def main():
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         **benchlib.torch_versions(),
     }
+    if rank is not None:
+        import torch.distributed as dist
+        result["rank"], result["pid"] = rank, os.getpid()
+        dist.destroy_process_group()
+    with open(args.json if rank is None else f"{args.json}.rank{rank}", "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(f"{args.model}{'' if rank is None else f' rank {rank}'}: losses {' '.join(f'{v:.6f}' for v in losses)}; "
+          f"step ms {' '.join(f'{v:.1f}' for v in step_ms)}", flush=True)
+
+
+def ddp_worker(rank, args):
+    train(args, rank)
+
+
+def run_ddp(args):
+    """--ddp N: N processes started afresh (spawn: each loads what LD_PRELOAD names, as torchrun's would)."""
+    import torch.multiprocessing as mp
+    rendezvous = os.path.abspath(args.json) + ".rendezvous"
+    if os.path.exists(rendezvous):
+        os.remove(rendezvous)
+    mp.spawn(ddp_worker, args=(args,), nprocs=args.ddp, join=True)
+    ranks = []
+    for r in range(args.ddp):
+        with open(f"{args.json}.rank{r}") as f:
+            ranks.append(json.load(f))
+    result = dict(ranks[0], ranks=ranks, ddp=args.ddp)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
-    print(f"{args.model}: losses {' '.join(f'{v:.6f}' for v in losses)}; step ms "
-          f"{' '.join(f'{v:.1f}' for v in step_ms)}", flush=True)
 
 
 if __name__ == "__main__":
