@@ -150,7 +150,7 @@ struct PlanTimeline {
 };
 
 // Times `plan` (budget and moves) over the span. default_call_ms: the time of a call the trace did
-// not time (0: free; the trace times convolutions only so far).
+// not time (0: free; allocations and frees have none, and traces of older vcudnn time convolutions only).
 PlanTimeline time_plan(const Trace& trace, const SpanModel& model, const OffloadPlan& plan, const LinkModel& link,
                        double default_call_ms = 0);
 

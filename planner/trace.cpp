@@ -249,7 +249,12 @@ void to_json(nlohmann::json& j, const Trace& t) {
        {"pid", t.pid},
        {"program", t.program},
        {"iteration",
-        {{"detected_by", t.detected_by}, {"complete", t.complete}, {"first_seq", t.first_seq}, {"end_seq", t.end_seq}}},
+        {{"detected_by", t.detected_by},
+         {"complete", t.complete},
+         {"first_seq", t.first_seq},
+         {"end_seq", t.end_seq},
+         {"gpu_times", t.gpu_times},
+         {"next_timed", t.next_timed}}},
        {"layers", t.layers},
        {"threads", t.threads},
        {"handles", hex_list(t.handles)},
@@ -282,6 +287,11 @@ void from_json(const nlohmann::json& j, Trace& t) {
   t.complete = it.at("complete").get<bool>();
   t.first_seq = integer_at<uint64_t>(it, "first_seq");
   t.end_seq = integer_at<uint64_t>(it, "end_seq");
+  if (const auto g = it.find("gpu_times"); g != it.end()) {  // absent in traces of older vcudnn
+    if (!g->is_string() || (*g != "iteration" && *g != "next")) refuse(*g, "iteration.gpu_times: not \"iteration\" or \"next\"");
+    t.gpu_times = g->get<std::string>();
+    t.next_timed = integer_at<uint64_t>(it, "next_timed");
+  }
   t.layers = j.at("layers").get<std::vector<ConvLayer>>();
   for (const auto& thread : j.at("threads")) t.threads.push_back(integer<uint64_t>(thread, "threads[]"));
   t.handles = unhex_list(j.at("handles"));

@@ -130,6 +130,11 @@ struct Trace {
   bool complete = false;
   uint64_t first_seq = 0;  // seq of the first call of the iteration
   uint64_t end_seq = 0;    // one past the seq of its last call
+  // Where the calls' GPU times come from: "iteration" (the recorded iteration's own events), or
+  // "next" (the same operations in the iteration after it, where they matched; the runtime's
+  // Note [GPU times from the next iteration]). next_timed: how many calls took the next one's.
+  std::string gpu_times = "iteration";
+  uint64_t next_timed = 0;
   std::vector<ConvLayer> layers;
   std::vector<uint64_t> threads;  // OS thread ids
   std::vector<uint64_t> handles;  // cudnnHandle_t values

@@ -196,4 +196,44 @@ std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t 
   return found;
 }
 
+std::vector<int64_t> align_ops(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b, size_t window) {
+  std::vector<int64_t> match(a.size(), -1);
+  // How far ahead of `from` in `seq` the value `v` is, within the window.
+  const auto ahead = [window](const std::vector<uint64_t>& seq, size_t from, uint64_t v) -> std::optional<size_t> {
+    for (size_t k = 1; k <= window && from + k < seq.size(); ++k)
+      if (seq[from + k] == v) return k;
+    return std::nullopt;
+  };
+  // How many operations match in a row from a[x] and b[y] (up to a few: enough to choose a side).
+  const auto run = [&](size_t x, size_t y) {
+    size_t r = 0;
+    while (r < 16 && x + r < a.size() && y + r < b.size() && a[x + r] == b[y + r]) ++r;
+    return r;
+  };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] == b[j]) {
+      match[i++] = static_cast<int64_t>(j++);
+      continue;
+    }
+    const std::optional<size_t> in_b = ahead(b, j, a[i]);  // b has extra operations here
+    const std::optional<size_t> in_a = ahead(a, i, b[j]);  // a has extra operations here
+    // Both possible (a repeated operation): the side whose skip lines up the longer run.
+    bool skip_b = in_b.has_value();
+    if (in_b && in_a) {
+      const size_t run_b = run(i, j + *in_b), run_a = run(i + *in_a, j);
+      skip_b = run_b != run_a ? run_b > run_a : *in_b <= *in_a;
+    }
+    if (skip_b) {
+      j += *in_b;
+    } else if (in_a) {
+      i += *in_a;
+    } else {
+      ++i;  // neither: each has an operation the other lacks
+      ++j;
+    }
+  }
+  return match;
+}
+
 }  // namespace vcudnn

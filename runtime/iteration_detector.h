@@ -106,4 +106,17 @@ class OpRepeatDetector {
   int64_t highest_ = INT64_MIN;
 };
 
+// Note [GPU times from the next iteration]
+// The first iteration a program runs is slower on the GPU than the ones after it (cuDNN and cuBLAS
+// load kernels and build plans on first use: ResNet-50's recorded convolutions took 10x their
+// steady time), and recording finds an iteration only once the next one has repeated it, so the
+// recorder holds that next iteration too. Each operation of the iteration takes the GPU time of
+// the same operation (by identity, in order) in the next one. align_ops() walks both sequences,
+// matching equal identities; at a mismatch (an operation only one iteration has: optimizer state
+// allocated once, a search's extra calls) it skips ahead on the side after which more operations
+// match in a row (the nearer match when equal), looking at most `window` operations ahead.
+// Operations left unmatched keep their own time.
+// Returns, for each operation of `a`, the index of its match in `b`, or -1.
+std::vector<int64_t> align_ops(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b, size_t window = 1024);
+
 }  // namespace vcudnn

@@ -20,7 +20,8 @@ namespace {
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
-// A call the trace has no GPU time for (it times convolutions only) counts as a small kernel when
+// A call the trace has no GPU time for (on no known stream, or a trace of an older vcudnn, which
+// timed convolutions only) counts as a small kernel when
 // prefetches are placed; late ones move earlier at run time.
 constexpr double kUntimedCallMs = 0.005;
 

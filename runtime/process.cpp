@@ -48,6 +48,10 @@ memory::MemoryManager* Process::memory() {
   // The first time only (a plain load on every later call: this is on every hook's path).
   if (m && manager_.load(std::memory_order_acquire) != m && !manager_.exchange(m)) {
     started();
+    // Note [A recorder without cuDNN calls]: the engine, which owns the recorder, starts with
+    // memory ownership, so that a program that never calls cuDNN (a transformer) still has its
+    // allocations, frees, launches and library calls recorded, an iteration found and a plan.
+    if (features_.record) engine();
     if (memory::OpSink* sink = sink_.load()) m->set_sink(sink);
   }
   return m;

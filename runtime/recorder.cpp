@@ -12,10 +12,13 @@
 
 #include <cerrno>
 #include <fstream>
+#include <utility>
 
 #include "runtime/decode_conv.h"
 #include "runtime/hook_scope.h"
 #include "runtime/log.h"
+#include "runtime/memory/call_scope.h"
+#include "runtime/memory/link_probe.h"
 #include "runtime/options.h"
 #include "runtime/real_api.h"
 
@@ -107,6 +110,21 @@ thread_local bool tl_in_conv = false;
 thread_local std::vector<memory::BufferUse> tl_conv_uses;
 
 constexpr uint64_t kUnknownStream = ~uint64_t{0};
+
+// The calls that queue work on a stream and have a GPU time (Note [GPU time of every operation]).
+bool queues_device_work(CallKind kind) {
+  switch (kind) {
+    case CallKind::kConvolution:
+    case CallKind::kGraphExecute:
+    case CallKind::kLibrary:
+    case CallKind::kLaunch:
+    case CallKind::kMemcpy:
+    case CallKind::kMemset:
+      return true;
+    default:
+      return false;
+  }
+}
 
 CallKind kind_of_api(std::string_view api) {
   if (api.find("Launch") != std::string_view::npos) return CallKind::kLaunch;
@@ -213,6 +231,13 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_.load(std::memory_order_relaxed) != kRecording) return;
+  if (queues_device_work(kind)) {
+    // One hook's call reporting again (a copy's source, then its destination): one operation.
+    if (Recorded* same = call_in_progress(api)) {
+      add_uses(same->call.accesses, uses, n);
+      return;
+    }
+  }
   Recorded rec;
   TraceCall& c = rec.call;
   c.seq = next_seq_++;
@@ -225,6 +250,7 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   if (buffer) c.buffer = static_cast<int32_t>(intern_buffer(*buffer));
   if (kind == CallKind::kFree) freed_.insert(buffer->serial);
   add_uses(c.accesses, uses, n);
+  if (queues_device_work(kind)) open_call(rec, api, stream);
   const int64_t live_before = live_;
   if (kind == CallKind::kAlloc) live_ += static_cast<int64_t>(buffer->bytes);
   if (kind == CallKind::kFree) live_ -= static_cast<int64_t>(buffer->bytes);
@@ -237,6 +263,93 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   } else if (calls_.size() >= config_.max_calls) {
     stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");
   }
+}
+
+// ---- Note [GPU time of every operation] ---------------------------------------------------------
+// While recording, every call that queues device work (a library call, a kernel launch, a copy
+// or set; convolutions have their own probe) gets two events on its stream: one when the hook
+// reports its buffers, before the real call, and one when the hook's outermost CallScope ends,
+// after the real call has queued its work (memory::at_call_end). The time between them is the
+// call's GPU time, also when the GPU waits for the host between calls. A second report of the
+// same hook's call (a copy reports its source and its destination) joins the first: one
+// operation, its accesses joined. Not timed: a call on no known stream, a call on a stream that
+// captures a graph (an event would become a node), and a call of another API made inside a hook's
+// call (the outer call's events cover it). Both events come from
+// the pool and are queried, never waited for, like the convolutions'. A hook's call that ends
+// after the recorder finished gives its events straight back.
+
+namespace {
+
+struct OpenOp {  // the hook call in progress on this thread (its real call has not returned)
+  uint64_t seq = 0;
+  size_t index = 0;           // in calls_
+  const char* api = nullptr;  // nullptr: none in progress
+  cudaStream_t stream = nullptr;
+  int device = -1;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t end = nullptr;
+};
+thread_local OpenOp tl_open;
+
+}  // namespace
+
+Recorder::Recorded* Recorder::call_in_progress(const char* api) {
+  const OpenOp& o = tl_open;
+  if (!o.api || o.api != api || o.index >= calls_.size() || calls_[o.index].call.seq != o.seq) return nullptr;
+  return &calls_[o.index];
+}
+
+void Recorder::open_call(Recorded& rec, const char* api, std::optional<cudaStream_t> stream) {
+  if (tl_open.api) return;  // another API inside one hook's call: a call of its own, untimed
+  const auto ended = [](void* self) { static_cast<Recorder*>(self)->op_ended(); };
+  if (!memory::at_call_end(ended, this)) return;  // reported outside a hook's call
+  tl_open = OpenOp{rec.call.seq, calls_.size(), api};
+  if (stream) start_op_timing(rec, *stream);
+}
+
+void Recorder::start_op_timing(Recorded& rec, cudaStream_t stream) {
+  const RealCudart& rt = real_cudart();
+  if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (rt.cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return;
+  if (capture != cudaStreamCaptureStatusNone) {
+    rec.call.captured = true;
+    return;
+  }
+  int device = -1;
+  if (rt.cudaGetDevice(&device) != cudaSuccess) return;
+  cudaEvent_t start = events_.acquire(device), end = events_.acquire(device);
+  if (!start || !end || rt.cudaEventRecord(start, stream) != cudaSuccess) {
+    events_.release(device, start);
+    events_.release(device, end);
+    return;
+  }
+  rec.start = start;
+  rec.end = end;
+  rec.device = device;
+  tl_open.stream = stream;
+  tl_open.device = device;
+  tl_open.start = start;
+  tl_open.end = end;
+}
+
+void Recorder::op_ended() noexcept {
+  const OpenOp o = std::exchange(tl_open, OpenOp{});
+  if (!o.end) return;
+  safely("op_ended", [&] {
+    const bool recorded = real_cudart().cudaEventRecord(o.end, o.stream) == cudaSuccess;
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool listed = phase_.load(std::memory_order_relaxed) != kDone && o.index < calls_.size() &&
+                        calls_[o.index].call.seq == o.seq && calls_[o.index].end == o.end;
+    if (listed && recorded) {
+      pending_.push_back(o.index);
+      if (pending_.size() >= kResolveBatch) resolve(/*final=*/false);
+      return;
+    }
+    if (listed) calls_[o.index].start = calls_[o.index].end = nullptr;
+    events_.release(o.device, o.start);
+    events_.release(o.device, o.end);
+  });
 }
 
 Recorder::ConvProbe Recorder::before_convolution_impl(const ConvCall& call) {
@@ -478,7 +591,8 @@ bool Recorder::resolve(bool final) {
   auto wanted = [&](const TraceCall& c) {
     if (recording) return true;
     if (!detected_) return true;  // an incomplete trace keeps everything
-    return c.seq >= detected_->first_seq && c.seq < detected_->end_seq;
+    // The iteration and the one after it (Note [GPU times from the next iteration]).
+    return c.seq >= detected_->first_seq && c.seq < detected_->end_seq + (detected_->end_seq - detected_->first_seq);
   };
   std::optional<RelaxedCapture> relaxed;
   while (!pending_.empty()) {
@@ -501,16 +615,20 @@ bool Recorder::resolve(bool final) {
 std::optional<Trace> Recorder::complete(bool final) {
   phase_.store(kDone, std::memory_order_relaxed);
   Trace trace = build_trace();
-  size_t timed = 0, convs = 0;
+  size_t timed = 0, work = 0, convs = 0, captured = 0;
   for (const auto& c : trace.calls) {
-    if (c.kind != CallKind::kConvolution) continue;
-    ++convs;
-    if (c.gpu_ms) ++timed;
+    convs += c.kind == CallKind::kConvolution;
+    if (!queues_device_work(c.kind)) continue;
+    ++work;
+    timed += c.gpu_ms.has_value();
+    captured += c.captured;
   }
   std::string what = trace.complete ? "iteration of " + std::to_string(trace.calls.size()) + " calls (" +
                                           std::to_string(convs) + " convolutions, " + trace.detected_by + ")"
                                     : outcome_ + "; " + std::to_string(trace.calls.size()) + " calls recorded";
-  if (convs > timed) what += ", " + std::to_string(convs - timed) + " without GPU time";
+  what += "; GPU time for " + std::to_string(timed) + " of " + std::to_string(work) + " calls that queue work";
+  if (trace.next_timed) what += " (" + std::to_string(trace.next_timed) + " from the next iteration)";
+  if (captured) what += ", " + std::to_string(captured) + " captured into graphs";
   const std::string& path_pattern = config_.trace_path;
   if (!path_pattern.empty()) {
     const std::string path = expand_path(path_pattern);
@@ -539,6 +657,7 @@ Trace Recorder::build_trace() const {
   t.cudnn_library = cudnn_library().path;
   t.pid = ::getpid();
   t.program = program_name();
+  t.link = memory::measured_link();  // Note [Measuring the host link]
   if (detected_) {
     t.detected_by = detected_->how;
     t.complete = true;
@@ -576,7 +695,36 @@ Trace Recorder::build_trace() const {
     for (BufferAccess& a : c.accesses) a.buffer = buffer(a.buffer);
     t.calls.push_back(std::move(c));
   }
+  t.next_timed = take_next_iteration_times(t);
+  if (t.next_timed) t.gpu_times = "next";
   return t;
+}
+
+// Note [GPU times from the next iteration] (iteration_detector.h). mu_ held; `t` holds the
+// iteration's calls in the order of calls_.
+size_t Recorder::take_next_iteration_times(Trace& t) const {
+  if (!detected_) return 0;
+  const uint64_t first = detected_->first_seq, end = detected_->end_seq, next_end = end + (end - first);
+  std::vector<uint64_t> ours, next;
+  std::vector<const TraceCall*> next_calls;
+  for (const Recorded& r : calls_) {
+    if (r.call.seq >= first && r.call.seq < end) {
+      ours.push_back(identity_of(r.call, buffers_));
+    } else if (r.call.seq >= end && r.call.seq < next_end) {
+      next.push_back(identity_of(r.call, buffers_));
+      next_calls.push_back(&r.call);
+    }
+  }
+  const std::vector<int64_t> match = align_ops(ours, next);
+  size_t taken = 0;
+  for (size_t i = 0; i < match.size() && i < t.calls.size(); ++i) {
+    if (match[i] < 0) continue;
+    const TraceCall& same = *next_calls[static_cast<size_t>(match[i])];
+    if (!same.gpu_ms || !queues_device_work(same.kind)) continue;
+    t.calls[i].gpu_ms = same.gpu_ms;
+    ++taken;
+  }
+  return taken;
 }
 
 void Recorder::finish() {

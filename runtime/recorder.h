@@ -116,6 +116,16 @@ class Recorder : public memory::OpSink {
   // Both with mu_ held, after a call was appended: the operation detector's turn.
   std::optional<DetectedIteration> on_op(const TraceCall& c, int64_t live_before);
   void add_uses(std::vector<BufferAccess>& accesses, const memory::BufferUse* uses, size_t n);  // mu_ held
+  // Note [GPU time of every operation], all with mu_ held but op_ended: the call a hook is in
+  // (reports of it join), the start event of a library call, launch or copy (before `rec` is
+  // appended), and its end event once the hook's real call has queued.
+  Recorded* call_in_progress(const char* api);  // this thread's hook call, if it reported `api` already
+  void open_call(Recorded& rec, const char* api, std::optional<cudaStream_t> stream);
+  void start_op_timing(Recorded& rec, cudaStream_t stream);
+  void op_ended() noexcept;
+  // Note [GPU times from the next iteration]: the iteration's calls take the times of the same
+  // operations in the iteration recorded after it; how many did.
+  size_t take_next_iteration_times(Trace& t) const;
   void on_detected(const DetectedIteration& it);
   void stop_without_iteration(const std::string& why);
   void poll_slow();

@@ -356,8 +356,11 @@ int run_plan(PlanRequest q) {
     }
   }
   if (untimed)
-    fmt::print("{} of {} calls have no GPU time in the trace (it times convolutions only so far): counted as {} ms\n",
-               untimed, m.seqs.size(), q.call_ms);
+    fmt::print(
+        "{} of {} calls have no GPU time in the trace (allocations and frees, calls on no known stream or captured "
+        "into a "
+        "graph; a trace of an older vcudnn times convolutions only): counted as {} ms\n",
+        untimed, m.seqs.size(), q.call_ms);
   if (q.json.empty() && !q.plot.empty()) q.json = q.plot + ".json";  // the plot's input
   if (!q.json.empty()) {
     if (Status s = write_output_file(q.json, out.dump(1) + "\n"); !s) {

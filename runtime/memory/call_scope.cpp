@@ -21,7 +21,10 @@ namespace {
 
 struct ThreadScope {
   int depth = 0;
+  int calls = 0;  // CallScopes open (TouchScopes not counted)
   std::vector<std::atomic<uint32_t>*> held;
+  void (*end_fn)(void*) = nullptr;  // at_call_end
+  void* end_arg = nullptr;
 };
 
 ThreadScope& my_scope() {
@@ -43,6 +46,10 @@ void leave() {
     }
   }
   s.held.clear();
+  if (void (*fn)(void*) = s.end_fn) {
+    s.end_fn = nullptr;
+    fn(s.end_arg);
+  }
 }
 
 }  // namespace
@@ -54,17 +61,28 @@ void hold(std::atomic<uint32_t>& in_use) {
   my_scope().held.push_back(&in_use);
 }
 
+bool at_call_end(void (*fn)(void*), void* arg) {
+  ThreadScope& s = my_scope();
+  if (s.calls == 0 || s.end_fn) return false;
+  s.end_fn = fn;
+  s.end_arg = arg;
+  return true;
+}
+
 TouchScope::TouchScope() { enter(); }
 TouchScope::~TouchScope() { leave(); }
 
 CallScope::CallScope() {
   if (!active()) return;
   enter();
+  ++my_scope().calls;
   armed_ = true;
 }
 
 CallScope::~CallScope() {
-  if (armed_) leave();
+  if (!armed_) return;
+  --my_scope().calls;
+  leave();
 }
 
 }  // namespace vcudnn::memory

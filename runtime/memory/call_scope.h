@@ -14,6 +14,12 @@ uint64_t next_tick();  // a new tick of the access clock (least-recently-used or
 // until the outermost scope on this thread ends.
 void hold(std::atomic<uint32_t>& in_use);
 
+// Runs fn(arg) once, on this thread, when the hook's outermost CallScope ends: its real call has
+// queued its work (the recorder times a call with an event recorded there). False, and nothing is
+// kept, when no CallScope is open on this thread (a touch outside a hook's call), or when another
+// function is already waiting for this call's end.
+bool at_call_end(void (*fn)(void*), void* arg);
+
 // Holds the thread's scope for one touch when the hook opened no CallScope (memory_access.h);
 // nests inside one at no cost.
 class TouchScope {

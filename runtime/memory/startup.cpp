@@ -19,6 +19,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/log.h"
 #include "runtime/memory/cuda_device.h"
+#include "runtime/memory/link_probe.h"
 #include "runtime/no_destroy.h"
 #include "runtime/real_api.h"
 
@@ -124,6 +125,10 @@ Started start_unguarded(const Options& o) {
       config.device_budget ? ", " + gib(s.host_reserved) + " of pinned host memory reserved (VCUDNN_HOST_BUDGET=" +
                                  o.get(kHostBudget) + ")"
                            : "");
+  // Note [Measuring the host link]: for the traces and plans of this process.
+  if (const auto link = measure_link(static_cast<cudaStream_t>(cuda_device->out_stream()),
+                                     static_cast<cudaStream_t>(cuda_device->in_stream())))
+    set_measured_link(*link);
   detail::g_active.store(true, std::memory_order_seq_cst);
   return p;
 }

@@ -690,3 +690,34 @@ TEST_CASE("iteration without convolutions: a long stretch that allocates nothing
   WARN("200000 operations at one level: " << s << " s");
   CHECK(s < 20.0);  // bounded tries per operation (kMaxTries), not a scan of every boundary
 }
+
+// Note [GPU times from the next iteration]
+TEST_CASE("align_ops: the same operations of two iterations are matched in order, extra ones skipped",
+          "[iteration][ops]") {
+  using vcudnn::align_ops;
+  using V = std::vector<uint64_t>;
+  using M = std::vector<int64_t>;
+  CHECK(align_ops(V{1, 2, 3}, V{1, 2, 3}) == M{0, 1, 2});
+  CHECK(align_ops(V{}, V{1, 2}) == M{});
+  CHECK(align_ops(V{1, 2}, V{}) == M{-1, -1});
+  // The first iteration allocates optimizer state (9, 9) the next one does not.
+  CHECK(align_ops(V{1, 9, 9, 2, 3}, V{1, 2, 3}) == M{0, -1, -1, 1, 2});
+  // The next one has a call the first lacks.
+  CHECK(align_ops(V{1, 2, 3}, V{1, 7, 2, 3}) == M{0, 2, 3});
+  // One operation differs (another size): neither matches, the rest still do.
+  CHECK(align_ops(V{1, 5, 3, 4}, V{1, 6, 3, 4}) == M{0, -1, 2, 3});
+  // Repeated identities (a layer repeated) stay in order, never matched twice or crosswise.
+  const M m = align_ops(V{4, 4, 4, 8, 4, 4}, V{4, 4, 8, 4, 4, 4});
+  int64_t last = -1;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i] < 0) continue;
+    CHECK(m[i] > last);
+    last = m[i];
+  }
+  CHECK(m[3] == 2);  // the 8s meet
+  // A run of extra operations longer than the window is not searched past.
+  V longer(200, 5);
+  longer.push_back(1);
+  CHECK(align_ops(V{1}, longer, 64) == M{-1});
+  CHECK(align_ops(V{1}, longer, 256) == M{200});
+}

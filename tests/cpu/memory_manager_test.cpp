@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/memory/call_scope.h"
 #include "tests/cpu/alloc_trace.h"
 #include "tests/cpu/manager_fixture.h"
 #include "tests/cpu/sim_device.h"
@@ -63,6 +64,45 @@ struct Program {
 using Active = test::MemoryActive;
 
 }  // namespace
+
+namespace {
+int g_call_ends = 0;
+void count_call_end(void* arg) { g_call_ends += *static_cast<int*>(arg); }
+}  // namespace
+
+// The recorder times a call with an event recorded once its hook's real call has queued its work.
+TEST_CASE("call scope: at_call_end runs once, when the outermost CallScope ends, never for a bare touch",
+          "[memory]") {
+  int one = 1;
+  g_call_ends = 0;
+  {
+    Active active;
+    CHECK_FALSE(at_call_end(count_call_end, &one));  // no hook's call open
+    {
+      TouchScope touch;  // a touch outside a hook's call
+      CHECK_FALSE(at_call_end(count_call_end, &one));
+    }
+    CHECK(g_call_ends == 0);
+    {
+      CallScope outer;
+      {
+        CallScope inner;  // cuBLAS calling its own exported functions
+        TouchScope touch;
+        CHECK(at_call_end(count_call_end, &one));
+        CHECK_FALSE(at_call_end(count_call_end, &one));  // one per call
+      }
+      CHECK(g_call_ends == 0);  // the real call has not returned yet
+    }
+    CHECK(g_call_ends == 1);
+    {
+      CallScope again;
+      CHECK(at_call_end(count_call_end, &one));  // free again for the next call
+    }
+    CHECK(g_call_ends == 2);
+  }
+  CallScope unarmed;  // ownership off: the scope does nothing
+  CHECK_FALSE(at_call_end(count_call_end, &one));
+}
 
 TEST_CASE("memory manager: without a budget, memory is served, tracked and reused across sizes and streams",
           "[memory]") {

@@ -125,6 +125,8 @@ Trace make_trace() {
   t.program = "python3 train.py --épochs=3";
   t.detected_by = "auto";
   t.complete = true;
+  t.gpu_times = "next";
+  t.next_timed = 5;
   t.first_seq = 17;
   t.end_seq = kMax - 1;
   t.layers = {make_layer(0, 2), make_layer(1, 2), make_layer(2, 3)};
@@ -548,5 +550,26 @@ TEST_CASE("trace: buffers, accesses and lifetimes are checked", "[trace]") {
   SECTION("a use before the allocation") { j["calls"][launch]["accesses"][0][0] = j["calls"][alloc + 1 + 18 - 1]["buffer"]; }
   SECTION("a negative bandwidth") { j["link"]["both_gbps"] = -1.0; }
   SECTION("a buffer address that is not hex") { j["buffers"][0]["address"] = 5; }
+  require_rejected(j.dump());
+}
+
+TEST_CASE("trace: where the GPU times come from is kept, defaults for an older trace and is checked", "[trace]") {
+  nlohmann::json j = make_trace();
+  CHECK(j.at("iteration").at("gpu_times") == "next");
+  CHECK(j.at("iteration").at("next_timed") == 5);
+  // A trace written before the field existed: its times are its own iteration's.
+  j["iteration"].erase("gpu_times");
+  j["iteration"].erase("next_timed");
+  auto older = vcudnn::parse_trace(j.dump());
+  REQUIRE(older.ok());
+  CHECK(older.value().gpu_times == "iteration");
+  CHECK(older.value().next_timed == 0);
+  j["iteration"]["gpu_times"] = "steady";
+  j["iteration"]["next_timed"] = 1;
+  require_rejected(j.dump());
+  j["iteration"]["gpu_times"] = "next";
+  j["iteration"]["next_timed"] = -1;
+  require_rejected(j.dump());
+  j["iteration"].erase("next_timed");
   require_rejected(j.dump());
 }

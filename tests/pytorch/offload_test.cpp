@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <vector>
 
+#include "planner/lifetimes.h"
+#include "planner/trace.h"
 #include "tests/common/test_util.h"
 
 using namespace vcudnn::test;
@@ -56,7 +59,7 @@ std::map<std::string, std::optional<std::string>> base_env() {
 
 // preload: LD_PRELOAD=libvcudnn.so with VCUDNN_POLICY=offload; budget: VCUDNN_DEVICE_BUDGET in bytes.
 Run train(const Model& m, const std::string& tag, const TempDir& tmp, bool preload,
-          std::optional<uint64_t> budget = std::nullopt) {
+          std::optional<uint64_t> budget = std::nullopt, const std::string& trace = "") {
   auto env = base_env();
   if (m.alloc_conf.empty())
     env["PYTORCH_CUDA_ALLOC_CONF"] = std::nullopt;
@@ -69,6 +72,7 @@ Run train(const Model& m, const std::string& tag, const TempDir& tmp, bool prelo
     env["VCUDNN_LOG_FILE"] = tmp.file(tag + ".log");
   }
   if (budget) env["VCUDNN_DEVICE_BUDGET"] = std::to_string(*budget);
+  if (!trace.empty()) env["VCUDNN_TRACE"] = trace;
   // Compiled kernels: one cache per test, so that the first run compiles and autotunes and the
   // others load the same kernels and choices.
   env["TORCHINDUCTOR_CACHE_DIR"] = tmp.file("inductor");
@@ -236,7 +240,9 @@ void check_model(const Model& m) {
 // Planned offload (Note [Replaying an offload plan]): under each budget (a percentage of the same
 // base as check_model's), the first recorded iteration becomes vcudnn's plan, which the iterations
 // after follow; losses bit-identical, the budget held, the plan made and followed.
-void check_planned(const Model& m, const std::vector<int>& percents) {
+// follow: the plan must also be followed through two iterations or more (a transformer's frees come
+// in another order from one iteration to the next, and its plan loses step: on demand is left).
+void check_planned(const Model& m, const std::vector<int>& percents, bool follow = true) {
   TempDir tmp;
   const Run alone = train(m, "alone", tmp, false);
   require_ran(m, alone);
@@ -259,6 +265,7 @@ void check_planned(const Model& m, const std::vector<int>& percents) {
     CHECK(mem_stat(r, "peakMappedBytes") <= budget);
     CHECK(r.result.at("vcudnn_first_step").at("peakMappedBytes").get<uint64_t>() <= budget);
     CHECK(!grep(r.log, "offload: vcudnn plan from the recorded iteration").empty());
+    if (!follow) continue;
     CHECK(exit_count(r, "iterations").value_or(0) >= 2);  // followed to the end of at least two
     CHECK(exit_count(r, "offloads").value_or(0) > 0);
     CHECK(exit_count(r, "prefetches").value_or(0) > 0);
@@ -274,6 +281,109 @@ TEST_CASE(
   Model m{"resnet50", 32};
   m.steps = 8;
   check_planned(m, {70, 50});
+}
+
+// Note [A recorder without cuDNN calls]: a transformer calls no cuDNN; its iteration is found from
+// the operations (Note [Iterations without convolutions]) and planned like a network's. Not yet
+// followed: on the H100 the replay lost step in the first iteration after it (frees in another
+// order: first stray at step 946 of 1086) and never found an iteration's start again.
+TEST_CASE(
+    "transformer under planned offload at 70% and 50%: an iteration found without convolutions and planned, losses "
+    "bit-identical",
+    "[pytorch][offload][replay]") {
+  Model m{"transformer", 16};
+  m.steps = 8;
+  check_planned(m, {70, 50}, /*follow=*/false);
+}
+
+namespace {
+
+// The default path's trace (schema 2) of one owned run: one automatic iteration holding every
+// allocation, free and call, each call that queues work timed (from the next iteration, where the
+// first's own times are cuDNN's and cuBLAS's first calls), and bytes alive as PyTorch counts them.
+void check_default_path_trace(const Model& m) {
+  TempDir tmp;
+  const std::string path = tmp.file("trace.json");
+  const Run alone = train(m, "alone", tmp, false);  // PyTorch's own count of live bytes (none under vcudnn)
+  require_ran(m, alone);
+  const Run r = train(m, "owned", tmp, true, std::nullopt, path);
+  require_ran(m, r);
+  require_owned(r);
+  INFO(describe(r));
+  const auto read = vcudnn::read_trace(path);
+  REQUIRE(read.ok());
+  const vcudnn::Trace& t = read.value();
+  CHECK(t.complete);
+  CHECK(t.detected_by == "auto");
+  size_t work = 0, timed = 0, allocs = 0, frees = 0, unknown_stream = 0;
+  double gpu_ms = 0;
+  std::set<std::string> untimed;
+  for (const vcudnn::TraceCall& c : t.calls) {
+    allocs += c.kind == vcudnn::CallKind::kAlloc;
+    frees += c.kind == vcudnn::CallKind::kFree;
+    switch (c.kind) {
+      case vcudnn::CallKind::kConvolution:
+      case vcudnn::CallKind::kGraphExecute:
+      case vcudnn::CallKind::kLibrary:
+      case vcudnn::CallKind::kLaunch:
+      case vcudnn::CallKind::kMemcpy:
+      case vcudnn::CallKind::kMemset:
+        if (t.streams.at(c.stream) == ~uint64_t{0}) {
+          ++unknown_stream;
+          break;
+        }
+        ++work;
+        if (c.gpu_ms) {
+          ++timed;
+          gpu_ms += *c.gpu_ms;
+        } else {
+          untimed.insert(c.name >= 0 ? t.names.at(static_cast<size_t>(c.name)) : "convolution");
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  const vcudnn::Lifetimes lt = vcudnn::lifetimes(t);
+  const uint64_t steady_live = alone.result.at("steady_max_memory_allocated").get<uint64_t>();
+  std::string untimed_names;
+  for (const std::string& name : untimed) untimed_names += " " + name;
+  WARN(m.name << " batch " << m.batch << ": iteration of " << t.calls.size() << " calls, " << allocs
+              << " allocations, " << frees << " frees; GPU time for " << timed << " of " << work
+              << " calls that queue work (" << t.next_timed << " from the next iteration; " << unknown_stream
+              << " on no known stream; untimed:" << untimed_names << "), " << gpu_ms
+              << " ms in all; trace live peak " << lt.peak_bytes / kMiB
+              << " MiB, PyTorch's steady max_memory_allocated " << steady_live / kMiB << " MiB; step ms "
+              << r.result.at("step_ms").dump());
+  // Note [Measuring the host link]: this machine's link, in the trace.
+  REQUIRE(t.link.has_value());
+  WARN("host link: " << t.link->device_to_host << " GB/s device to host, " << t.link->host_to_device
+                     << " GB/s host to device, " << t.link->both << " GB/s both");
+  CHECK(t.link->device_to_host > 1);
+  CHECK(t.link->host_to_device > 1);
+  CHECK(t.link->both >= 0.9 * std::max(t.link->device_to_host, t.link->host_to_device));
+  CHECK(allocs > 0);
+  CHECK(frees > 0);
+  CHECK(work > 0);
+  CHECK(timed == work);
+  CHECK(t.gpu_times == "next");
+  CHECK(t.next_timed * 10 >= timed * 8);  // most calls matched in the next iteration
+  CHECK(unknown_stream * 100 <= work);  // a hook that cannot know its stream: rare
+  // The trace's bytes alive against PyTorch's own count of the same run, within 5%.
+  CHECK(static_cast<double>(lt.peak_bytes) >= 0.95 * static_cast<double>(steady_live));
+  CHECK(static_cast<double>(lt.peak_bytes) <= 1.05 * static_cast<double>(steady_live));
+  // Steady GPU times: the first iteration's convolutions take about 10x their steady time (cuDNN's first calls);
+  // the next iteration's, recorded with a host slower than usual, stay near a steady step's wall time.
+  const auto& steps = r.result.at("step_ms");
+  CHECK(gpu_ms <= 2.0 * steps.back().get<double>());
+}
+
+}  // namespace
+
+TEST_CASE("default-path trace of resnet18 and a transformer: every operation timed, every allocation and free",
+          "[pytorch][offload][trace]") {
+  SECTION("resnet18") { check_default_path_trace({"resnet18", 32, {}, false, true, kAllocConf, 6}); }
+  SECTION("transformer") { check_default_path_trace({"transformer", 8, {}, false, true, kAllocConf, 6}); }
 }
 
 TEST_CASE("resnet18 under offload: owned, then evicted to 60%, losses bit-identical", "[pytorch][offload]") {
