@@ -135,6 +135,7 @@ std::optional<DetectedIteration> IterationDetector::on_explicit_boundary(uint64_
     explicit_mode_ = true;
     fwd_candidates_.clear();
   }
+  first_call_ = false;  // the next iteration starts here, not at the next call seen
   const size_t convs = items_.size() - explicit_start_items_;
   const uint64_t start = explicit_start_seq_;
   explicit_start_seq_ = next_seq;

@@ -256,7 +256,10 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   if (kind == CallKind::kFree) live_ -= static_cast<int64_t>(buffer->bytes);
   const uint64_t seq = c.seq;
   calls_.push_back(std::move(rec));
-  auto found = detector_.on_call(seq, nullptr);
+  // Convolutions delimit iterations from the first cuDNN call on (or the first
+  // vcudnnIterationBoundary()): what ran before it (the program's setup, recorded since memory
+  // ownership began) is no iteration's.
+  auto found = cudnn_seen_ || detector_.explicit_mode() ? detector_.on_call(seq, nullptr) : std::nullopt;
   if (!found) found = on_op(calls_.back().call, live_before);
   if (found) {
     on_detected(*found);
@@ -531,6 +534,7 @@ void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
   }
   TraceCall& c = rec.call;
   c.seq = next_seq_++;
+  cudnn_seen_ = true;
   c.thread = intern(thread_index_, threads_, os_thread_id());
   c.handle = intern(handle_index_, handles_, as_u64(handle));
   c.stream = intern(stream_index_, streams_, as_u64(stream));

@@ -157,6 +157,7 @@ class Recorder : public memory::OpSink {
   IterationDetector detector_;
   OpRepeatDetector op_detector_;  // Note [Iterations without convolutions]
   int64_t live_ = 0;              // bytes allocated minus freed since recording started
+  bool cudnn_seen_ = false;       // a cuDNN call was recorded: IterationDetector's sequence starts
   std::optional<DetectedIteration> detected_;
   std::string outcome_ = "recording";
   EventPool events_;

@@ -8,6 +8,7 @@
 
 #include "planner/lifetimes.h"
 #include "planner/trace.h"
+#include "runtime/hook_scope.h"
 #include "runtime/memory/call_scope.h"
 #include "runtime/memory_manager.h"
 #include "runtime/recorder.h"
@@ -111,6 +112,8 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
   const Stream s = o.s;
   const auto weight = m.allocate(3 * kMiB, s, Origin::kFramework);  // before the iteration: existing
   REQUIRE(weight);
+  // Iterations are delimited from the first cuDNN call on (the setup before it is no iteration's).
+  r.record_handle_call(CallKind::kCreate, nullptr, nullptr, CUDNN_STATUS_SUCCESS, vcudnn::monotonic_ns());
   const GraphConv fwd = conv_of(ConvKind::kForward, 16, 1), bwd = conv_of(ConvKind::kBackwardFilter, 16, 2);
   for (int iteration = 0; iteration < 3; ++iteration) {
     const auto act = m.allocate(8 * kMiB, s, Origin::kFramework);
@@ -157,8 +160,7 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
   REQUIRE(weight_it != trace.buffers.end());
   CHECK(weight_it->bytes == 3 * kMiB);
   const Lifetimes l = lifetimes(trace);
-  // The weight and one activation: the first iteration holds the weight's allocation too, as the
-  // recording started before it (a later one would count it as existing).
+  // The weight (allocated before the first cuDNN call: existing) and one activation.
   CHECK(l.existing_bytes + l.allocated_bytes == 11 * kMiB);
   CHECK(l.peak_bytes == 11 * kMiB);
 }
