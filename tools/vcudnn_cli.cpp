@@ -181,6 +181,13 @@ int run_trace(const std::string& path, bool require_complete) {
              t.calls.size(), convs, timed, gpu_ms, t.layers.size(), t.threads.size(), t.handles.size(),
              t.streams.size());
   if (timed_all > timed) fmt::print("all timed operations: {} ({:.3f} ms GPU)\n", timed_all, gpu_ms_all);
+  if (t.gpu_times == "next")
+    fmt::print(
+        "GPU times: {} calls take those of the same operation in the next iteration (the recorded one's own are "
+        "the first calls of cuDNN and cuBLAS)\n",
+        t.next_timed);
+  else if (timed_all > 0)
+    fmt::print("GPU times: the recorded iteration's own (a first iteration's are slower than a steady one's)\n");
   for (const auto& [k, n] : kinds) fmt::print("  {:<36} {}\n", k, n);
   if (!t.buffers.empty()) {
     const Lifetimes l = lifetimes(t);

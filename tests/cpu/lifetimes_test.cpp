@@ -117,6 +117,9 @@ TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the comma
                               ConvKind::kBackwardData);
   b.add(CallKind::kFree, static_cast<int32_t>(act));
   b.t.link = LinkBandwidth{50, 52, 75};
+  b.t.calls[1].gpu_ms = 0.25f;
+  b.t.gpu_times = "next";
+  b.t.next_timed = 1;
   test::TempDir tmp;
   const std::string path = tmp.file("t.json");
   REQUIRE(write_trace(b.t, path).ok());
@@ -133,6 +136,7 @@ TEST_CASE("vcudnn trace: live peak and the bytes across the turn, from the comma
   CHECK_THAT(r.out, Catch::Contains("least device memory any offload plan needs: 4.0 MiB (call " +
                                     std::to_string(turn) + ":"));
   CHECK_THAT(r.out, Catch::Contains("host link: 50.0 GB/s device to host"));
+  CHECK_THAT(r.out, Catch::Contains("GPU times: 1 calls take those of the same operation in the next iteration"));
 
   auto j = nlohmann::json::parse(test::read_file(path));
   j["schema"] = "vcudnn.trace/1";
