@@ -5,8 +5,8 @@
 // each way between a device buffer and pinned host memory, timed with events on vcudnn's own copy
 // streams (out for device-to-host, in for host-to-device), after one untimed copy each way; then
 // both directions at once (the sum of bytes over the longer of the two). The host waits for the
-// copies here, at start only (the hot path never does). On an H100 with PCIe 5 the whole probe
-// takes about 10 ms and finds about 55 GB/s each way and 78 GB/s both at once. The buffers are
+// copies here, at start only (the hot path never does). On the H100 the whole probe took 38 and
+// 128 ms in two runs and found 54-55 GB/s each way and 90-100 GB/s both at once. The buffers are
 // CUDA's own (real cudaMalloc and cudaMallocHost, freed at once), outside the arena and budget.
 #include "runtime/memory/link_probe.h"
 
