@@ -41,7 +41,12 @@ std::vector<Gap> gaps_of(const SpanModel& m) {
 Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& m, uint64_t budget,
                                const LinkModel& link, double default_call_ms);
 
-OffloadMove move_of(const Gap& g, size_t prefetch_at) { return {g.life, g.bytes, g.use, prefetch_at, g.next}; }
+// Off the device from the call after the one its copy out overlaps (Gap::first()), not from the
+// start of the iteration: a move left with off_from = 0 took its bytes off every call before its
+// use too, in simulate(), offload_bound() and where prefetches may move (replay_script.cpp).
+OffloadMove move_of(const Gap& g, size_t prefetch_at) {
+  return {g.life, g.bytes, g.use, prefetch_at, g.next, g.first()};
+}
 
 void finish(const SpanModel& m, OffloadPlan& plan) {
   std::sort(plan.moves.begin(), plan.moves.end(), [](const OffloadMove& a, const OffloadMove& b) {
@@ -166,7 +171,7 @@ Result<OffloadPlan> plan_vdnn(const Trace& trace, const Lifetimes& lifetimes, co
     if (before == backward_convs.begin()) continue;
     const size_t prefetch_at = *(before - 1);
     if (prefetch_at < use + 3) continue;  // back before it could have left
-    plan.moves.push_back({i, l.bytes, use, prefetch_at, v});
+    plan.moves.push_back({i, l.bytes, use, prefetch_at, v, use + 2});  // off once its copy out has overlapped a call
   }
   finish(m, plan);
   return plan;
@@ -574,6 +579,9 @@ std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {
     const auto at = std::find(l.uses.begin(), l.uses.end(), mv.out_after);
     if (at == l.uses.end() || at + 1 == l.uses.end() || *(at + 1) != mv.next_use)
       return fmt::format("buffer {}: calls {} and {} are not two consecutive uses", mv.life, mv.out_after, mv.next_use);
+    if (mv.first_absent() <= mv.out_after)
+      return fmt::format("buffer {} is off the device from call {}, before the use at {} its copy out follows", mv.life,
+                         mv.first_absent(), mv.out_after);
     if (mv.first_absent() > mv.last_absent() || mv.prefetch_at > mv.next_use)
       return fmt::format("buffer {}: out after {}, prefetched at {}, used at {}: never off the device, or late",
                          mv.life, mv.out_after, mv.prefetch_at, mv.next_use);
