@@ -40,10 +40,13 @@ Lifetimes lifetimes(const Trace& trace, uint64_t first_seq, uint64_t end_seq) {
     if (!l.alloc_seq) out.existing_bytes += l.bytes;
     else out.allocated_bytes += l.bytes;
   }
-  uint64_t live = out.existing_bytes;
+  // Bytes alive that no call of the span uses (Trace::alive_at_start): on the device throughout.
+  if (trace.alive_at_start && first_seq == trace.first_seq && *trace.alive_at_start > out.existing_bytes)
+    out.untouched_bytes = *trace.alive_at_start - out.existing_bytes;
+  uint64_t live = out.existing_bytes + out.untouched_bytes;
   out.peak_bytes = live;
   out.peak_seq = first_seq;
-  uint64_t library = 0;  // library buffers alive now
+  uint64_t library = out.untouched_bytes;  // library buffers alive now, and what no call uses
   for (const BufferLife& l : out.buffers)
     if (!l.alloc_seq && trace.buffers[l.buffer].library) library += l.bytes;
   for (const TraceCall& c : trace.calls) {

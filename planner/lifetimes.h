@@ -35,6 +35,10 @@ struct Lifetimes {
   std::vector<size_t> at_peak;
   uint64_t allocated_bytes = 0;         // allocated within the span
   uint64_t existing_bytes = 0;          // alive when the span starts (parameters, optimizer state, ...)
+  // Alive when the span starts but used by none of its calls (a library's workspace set once),
+  // from Trace::alive_at_start when the span is the trace's iteration; counted in every live-bytes
+  // figure below as on the device throughout.
+  uint64_t untouched_bytes = 0;
   // The turn from forward to backward: the first backward convolution after a forward one, and
   // the bytes alive across it (allocated before it, freed after it or never: what a forward pass
   // leaves for its backward).

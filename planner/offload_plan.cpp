@@ -170,7 +170,7 @@ Result<OffloadPlan> plan_vdnn(const Trace& trace, const Lifetimes& lifetimes, co
     const auto before = std::lower_bound(backward_convs.begin(), backward_convs.end(), v);
     if (before == backward_convs.begin()) continue;
     const size_t prefetch_at = *(before - 1);
-    if (prefetch_at < use + 3) continue;  // back before it could have left
+    if (prefetch_at < use + 3) continue;                               // back before it could have left
     plan.moves.push_back({i, l.bytes, use, prefetch_at, v, use + 2});  // off once its copy out has overlapped a call
   }
   finish(m, plan);
@@ -219,6 +219,7 @@ SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const Offlo
     l.bytes = own_granules ? round_up(bl.bytes, options.granule) : bl.bytes;
     m.lives.push_back(std::move(l));
   }
+  m.fixed_bytes = lifetimes.untouched_bytes;
   return m;
 }
 
@@ -233,7 +234,7 @@ std::vector<uint64_t> simulate(const SpanModel& m, const std::vector<OffloadMove
   for (const SpanModel::Life& l : m.lives) add(l.first, l.last, static_cast<int64_t>(l.bytes));
   for (const OffloadMove& mv : moves) add(mv.first_absent(), mv.last_absent(), -static_cast<int64_t>(mv.bytes));
   std::vector<uint64_t> out(n);
-  int64_t run = 0;
+  int64_t run = static_cast<int64_t>(m.fixed_bytes);
   for (size_t p = 0; p < n; ++p) {
     run += diff[p];
     out[p] = static_cast<uint64_t>(std::max<int64_t>(run, 0));
@@ -263,8 +264,9 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
   if (budget < bound.least_bytes)
     return Error{fmt::format(
         "a device budget of {} is below the least any offload plan of this iteration needs: {} ({} bytes), at call "
-        "{} (what that call and its neighbours use, buffers below one granule of {} and library buffers stay)",
-        mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule))};
+        "{} (what that call and its neighbours use, buffers below one granule of {} and library buffers stay{})",
+        mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule),
+        m.fixed_bytes ? ", and " + mib(m.fixed_bytes) + " alive that no call of the iteration uses" : "")};
   if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget);
   if (policy == OffloadPolicy::kModnn) return plan_modnn(trace, lifetimes, m, budget, link, default_call_ms);
   return plan_vdnn(trace, lifetimes, m, budget, policy);
@@ -307,7 +309,7 @@ Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, c
     bool offloaded_now = false;           // offloaded before the current call
   };
   std::vector<State> st(m.lives.size());
-  uint64_t resident = 0;
+  uint64_t resident = m.fixed_bytes;
   for (size_t i = 0; i < m.lives.size(); ++i) {
     const SpanModel::Life& l = m.lives[i];
     for (size_t u : l.uses) uses_at[u].push_back(i);

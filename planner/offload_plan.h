@@ -91,7 +91,8 @@ struct SpanModel {
     uint64_t bytes = 0;          // device bytes
     bool movable = false;
   };
-  std::vector<Life> lives;  // parallel to Lifetimes::buffers
+  std::vector<Life> lives;   // parallel to Lifetimes::buffers
+  uint64_t fixed_bytes = 0;  // on the device throughout, in no life: Lifetimes::untouched_bytes
 };
 SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const OffloadOptions& options = {});
 

@@ -254,7 +254,8 @@ void to_json(nlohmann::json& j, const Trace& t) {
          {"first_seq", t.first_seq},
          {"end_seq", t.end_seq},
          {"gpu_times", t.gpu_times},
-         {"next_timed", t.next_timed}}},
+         {"next_timed", t.next_timed},
+         {"alive_at_start", t.alive_at_start ? nlohmann::json(*t.alive_at_start) : nlohmann::json(nullptr)}}},
        {"layers", t.layers},
        {"threads", t.threads},
        {"handles", hex_list(t.handles)},
@@ -292,6 +293,8 @@ void from_json(const nlohmann::json& j, Trace& t) {
     t.gpu_times = g->get<std::string>();
     t.next_timed = integer_at<uint64_t>(it, "next_timed");
   }
+  if (const auto a = it.find("alive_at_start"); a != it.end() && !a->is_null())  // absent: older, or not owned
+    t.alive_at_start = json_read::integer<uint64_t>(*a, "iteration.alive_at_start");
   t.layers = j.at("layers").get<std::vector<ConvLayer>>();
   for (const auto& thread : j.at("threads")) t.threads.push_back(integer<uint64_t>(thread, "threads[]"));
   t.handles = unhex_list(j.at("handles"));

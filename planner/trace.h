@@ -135,6 +135,10 @@ struct Trace {
   // Note [GPU times from the next iteration]). next_timed: how many calls took the next one's.
   std::string gpu_times = "iteration";
   uint64_t next_timed = 0;
+  // Bytes alive (allocated through vcudnn, not yet freed) when the iteration starts, used by it or
+  // not: a buffer no call of the iteration uses (a library's workspace set once, memory kept for
+  // later) is in no call's accesses, yet holds the device. Recorded under memory ownership only.
+  std::optional<uint64_t> alive_at_start;
   std::vector<ConvLayer> layers;
   std::vector<uint64_t> threads;  // OS thread ids
   std::vector<uint64_t> handles;  // cudnnHandle_t values

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <utility>
 
@@ -252,8 +253,10 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   add_uses(c.accesses, uses, n);
   if (queues_device_work(kind)) open_call(rec, api, stream);
   const int64_t live_before = live_;
+  rec.live_before = live_;
   if (kind == CallKind::kAlloc) live_ += static_cast<int64_t>(buffer->bytes);
   if (kind == CallKind::kFree) live_ -= static_cast<int64_t>(buffer->bytes);
+  memory_seen_ = memory_seen_ || kind == CallKind::kAlloc || kind == CallKind::kFree;
   const uint64_t seq = c.seq;
   calls_.push_back(std::move(rec));
   // Convolutions delimit iterations from the first cuDNN call on (or the first
@@ -261,7 +264,7 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   // ownership began) is no iteration's.
   auto found = cudnn_seen_ || detector_.explicit_mode() ? detector_.on_call(seq, nullptr) : std::nullopt;
   if (!found) found = on_op(calls_.back().call, live_before);
-  if (found) {
+  if (found && steady_enough(*found)) {
     on_detected(*found);
   } else if (calls_.size() >= config_.max_calls) {
     stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");
@@ -541,12 +544,13 @@ void Recorder::append(Recorded&& rec, cudnnHandle_t handle, cudaStream_t stream,
   if (layer) c.layer = intern_layer(*layer);
   const ExecItem item{c.conv, c.layer};
   const uint64_t seq = c.seq;
+  rec.live_before = live_;
   if (rec.end) pending_.push_back(calls_.size());
   calls_.push_back(std::move(rec));
   if (pending_.size() >= kResolveBatch) resolve(/*final=*/false);  // bounds the events in flight
   auto found = detector_.on_call(seq, exec ? &item : nullptr);
   if (!found) found = on_op(calls_.back().call, live_);
-  if (found) {
+  if (found && steady_enough(*found)) {
     on_detected(*found);
   } else if (calls_.size() >= config_.max_calls) {
     stop_without_iteration("no repeating iteration in the first " + std::to_string(calls_.size()) + " calls");
@@ -559,6 +563,59 @@ void Recorder::explicit_boundary() {
     if (phase_.load(std::memory_order_relaxed) != kRecording) return;
     if (auto found = detector_.on_explicit_boundary(next_seq_)) on_detected(*found);
   });
+}
+
+// Note [A steady iteration]
+// A training step's first run is not a steady one: it allocates what every later step keeps
+// (gradients on the first backward, an optimizer's state on the first update), so its live bytes
+// end higher than they begin, and its peak lacks that state (resnet18's momentum buffers: 5% of
+// its steady live peak on the H100). Where convolutions delimit iterations, an iteration runs from
+// one step's last backward convolution to the next one's: the first two repeats hold the
+// allocation of gradients and of the optimizer's state, the third is steady. An iteration found
+// automatically is taken only when it ends at the live bytes it began with, give or take 1% of
+// its peak; otherwise recording goes on and the detector's next repeat (one step later) is
+// tried. A program whose memory grows every step (losses kept on the device) never passes: the
+// iteration found after kMostUnsteady refusals is taken anyway, and the log says by how much
+// memory grew. Iterations marked by vcudnnIterationBoundary() are taken as given, and
+// OpRepeatDetector's windows begin and end at one level by construction. Without memory
+// ownership no allocation is seen and every iteration passes.
+namespace {
+constexpr size_t kMostUnsteady = 3;
+}  // namespace
+
+size_t Recorder::index_of(uint64_t seq) const {
+  const auto it =
+      std::lower_bound(calls_.begin(), calls_.end(), seq, [](const Recorded& r, uint64_t s) { return r.call.seq < s; });
+  return static_cast<size_t>(it - calls_.begin());
+}
+
+int64_t Recorder::live_at(uint64_t seq) const {
+  const size_t i = index_of(seq);
+  return i == calls_.size() ? live_ : calls_[i].live_before;
+}
+
+bool Recorder::steady_enough(const DetectedIteration& it) {
+  if (it.how != "auto" || !memory_seen_) return true;
+  const int64_t begin = live_at(it.first_seq), end = live_at(it.end_seq);
+  int64_t peak = std::max(begin, end);
+  for (size_t i = index_of(it.first_seq); i < calls_.size() && calls_[i].call.seq < it.end_seq; ++i)
+    peak = std::max(peak, calls_[i].live_before);
+  const int64_t growth = end - begin;
+  if (std::abs(growth) <= std::max<int64_t>(peak, 0) / 100) return true;
+  const double mib = static_cast<double>(growth) / (1 << 20);
+  if (unsteady_ == kMostUnsteady) {
+    VCUDNN_LOG_INFO(
+        "iteration at calls {}..{}: live bytes still change by {:.1f} MiB over it (memory grows every iteration); "
+        "taken after {} such",
+        it.first_seq, it.end_seq, mib, kMostUnsteady);
+    return true;
+  }
+  ++unsteady_;
+  VCUDNN_LOG_INFO(
+      "repeat at calls {}..{} is no steady iteration: live bytes change by {:.1f} MiB over it (state allocated "
+      "once: gradients, an optimizer's); recording goes on",
+      it.first_seq, it.end_seq, mib);
+  return false;
 }
 
 void Recorder::on_detected(const DetectedIteration& it) {
@@ -662,6 +719,8 @@ Trace Recorder::build_trace() const {
   t.pid = ::getpid();
   t.program = program_name();
   t.link = memory::measured_link();  // Note [Measuring the host link]
+  if (memory_seen_)
+    t.alive_at_start = static_cast<uint64_t>(std::max<int64_t>(0, live_at(detected_ ? detected_->first_seq : 0)));
   if (detected_) {
     t.detected_by = detected_->how;
     t.complete = true;

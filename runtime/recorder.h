@@ -102,6 +102,7 @@ class Recorder : public memory::OpSink {
     cudaEvent_t start = nullptr;
     cudaEvent_t end = nullptr;
     int device = -1;
+    int64_t live_before = 0;  // live_ when the call was appended (before an allocation or free counts)
   };
 
   Recorded convolution_record(ConvProbe& p, ConvKind kind, cudnnStatus_t status);
@@ -126,6 +127,11 @@ class Recorder : public memory::OpSink {
   // Note [GPU times from the next iteration]: the iteration's calls take the times of the same
   // operations in the iteration recorded after it; how many did.
   size_t take_next_iteration_times(Trace& t) const;
+  // Note [A steady iteration]: an automatic iteration is taken only when it ends at the live bytes
+  // it began with; false: refused, recording goes on (mu_ held).
+  bool steady_enough(const DetectedIteration& it);
+  size_t index_of(uint64_t seq) const;  // the first of calls_ at or after `seq` (mu_ held)
+  int64_t live_at(uint64_t seq) const;  // live_ before the call `seq` (now, when none has it yet)
   void on_detected(const DetectedIteration& it);
   void stop_without_iteration(const std::string& why);
   void poll_slow();
@@ -158,6 +164,8 @@ class Recorder : public memory::OpSink {
   OpRepeatDetector op_detector_;  // Note [Iterations without convolutions]
   int64_t live_ = 0;              // bytes allocated minus freed since recording started
   bool cudnn_seen_ = false;       // a cuDNN call was recorded: IterationDetector's sequence starts
+  bool memory_seen_ = false;      // an allocation or free was recorded: live_ means something
+  size_t unsteady_ = 0;           // iterations refused as not steady (Note [A steady iteration])
   std::optional<DetectedIteration> detected_;
   std::string outcome_ = "recording";
   EventPool events_;

@@ -9,8 +9,11 @@ where the peak is and what makes it.
                leaves for its backward: what vDNN-style offload moves)
   temporaries  everything else the framework allocates and frees
   library      buffers NVIDIA's libraries allocate for themselves (never moved)
+  unused       alive when the iteration starts, used by none of its operations (a library's workspace set
+               once, memory kept for later: iteration.alive_at_start less the buffers the operations name)
 
-The x axis is cumulative GPU time when every operation of the iteration has one, else the operation's index.
+The x axis is cumulative GPU time when every operation of the iteration that queues work has one, else the
+operation's index.
 The turn is a dashed line; the peak is marked. Used by `vcudnn trace FILE --plot OUT.png`; needs matplotlib.
 
 usage: trace_plot.py TRACE.json OUT.png [--budget BYTES]"""
@@ -18,9 +21,13 @@ import argparse
 import json
 import sys
 
-CATEGORIES = ("kept", "activations", "temporaries", "library")
-COLOURS = {"kept": "#4c72b0", "activations": "#dd8452", "temporaries": "#55a868", "library": "#8c8c8c"}
+CATEGORIES = ("unused", "kept", "activations", "temporaries", "library")
+COLOURS = {"unused": "#c7c7c7", "kept": "#4c72b0", "activations": "#dd8452", "temporaries": "#55a868",
+           "library": "#8c8c8c"}
 MIB = 1 << 20
+# The kinds of call that queue work on the GPU (the others take no GPU time: allocations, frees, queries,
+# handle and stream calls).
+WORK = ("convolution", "graph_execute", "library", "launch", "memcpy", "memset")
 
 
 def span_of(trace):
@@ -73,8 +80,12 @@ def series(trace):
     for b in involved:
         if b not in alloc:  # alive when the span starts
             live[cat[b]] += buffers[b]["bytes"]
-    timed = bool(calls) and all(c.get("gpu_ms") is not None for c in calls
-                                if c["kind"] not in ("alloc", "free", "sync"))
+    it = trace["iteration"]
+    alive = it.get("alive_at_start")
+    if alive is not None and calls and calls[0]["seq"] >= it["first_seq"]:
+        live["unused"] = max(0, alive - sum(live.values()))
+    work = [c for c in calls if c["kind"] in WORK]
+    timed = bool(work) and all(c.get("gpu_ms") is not None for c in work)
     xs, ys, seqs = [], {k: [] for k in CATEGORIES}, []
     t = 0.0
     for i, c in enumerate(calls):

@@ -194,6 +194,9 @@ int run_trace(const std::string& path, bool require_complete) {
     fmt::print("memory over calls {}..{}: {} buffers; {} alive at the start, {} allocated; live peak {} at call {}\n",
                l.first_seq, l.end_seq, l.buffers.size(), mib_text(l.existing_bytes), mib_text(l.allocated_bytes),
                mib_text(l.peak_bytes), l.peak_seq);
+    if (l.untouched_bytes)
+      fmt::print("  of which {} alive throughout but used by no call of the iteration (counted in the peak)\n",
+                 mib_text(l.untouched_bytes));
     const size_t shown = std::min<size_t>(l.at_peak.size(), 5);
     for (size_t k = 0; k < shown; ++k) {  // what holds the peak
       const BufferLife& b = l.buffers[l.at_peak[k]];

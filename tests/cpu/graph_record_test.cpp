@@ -160,9 +160,119 @@ TEST_CASE("recorder: allocations, frees and every call's buffers join the record
   REQUIRE(weight_it != trace.buffers.end());
   CHECK(weight_it->bytes == 3 * kMiB);
   const Lifetimes l = lifetimes(trace);
-  // The weight (allocated before the first cuDNN call: existing) and one activation.
-  CHECK(l.existing_bytes + l.allocated_bytes == 11 * kMiB);
+  // Note [A steady iteration]: the first repeat ends with an activation alive that it did not begin
+  // with, so the iteration is the second: from the free of the previous activation to the backward.
+  // Alive at its start: the weight (allocated before the first cuDNN call) and that activation.
+  CHECK(trace.alive_at_start == std::optional<uint64_t>(11 * kMiB));
+  CHECK(l.existing_bytes == 11 * kMiB);
+  CHECK(l.untouched_bytes == 0);
+  CHECK(l.allocated_bytes == 8 * kMiB);
   CHECK(l.peak_bytes == 11 * kMiB);
+}
+
+namespace {
+
+// A training loop under memory ownership, as PyTorch runs one: each step frees the previous step's
+// gradient (zero_grad), allocates an activation and a gradient, runs a forward and a backward
+// convolution, frees the activation and updates the weight with the optimizer's state, which the
+// first update allocates. `leak`: each step also keeps 1 MiB for good (losses kept on the device).
+// A 5 MiB buffer no call ever uses (a library's workspace) is alive throughout.
+struct TrainingLoop {
+  static constexpr uint64_t kWeight = 4 * kMiB, kAct = 8 * kMiB, kGrad = 3 * kMiB, kState = 2 * kMiB,
+                            kUnused = 5 * kMiB, kLeak = 1 * kMiB;
+  Result<Trace> run(OwnedRecording& o, int steps, bool leak) {
+    using namespace vcudnn::memory;
+    MemoryManager& m = o.m;
+    const Stream s = o.s;
+    const auto weight = m.allocate(kWeight, s, Origin::kFramework);
+    const auto unused = m.allocate(kUnused, s, Origin::kFramework);
+    REQUIRE(weight);
+    REQUIRE(unused);
+    o.r.record_handle_call(CallKind::kCreate, nullptr, nullptr, CUDNN_STATUS_SUCCESS, vcudnn::monotonic_ns());
+    const GraphConv fwd = conv_of(ConvKind::kForward, 16, 1), bwd = conv_of(ConvKind::kBackwardFilter, 16, 2);
+    std::optional<uint64_t> grad, state;
+    for (int step = 0; step < steps; ++step) {
+      if (grad) REQUIRE(m.free(*grad, s));
+      const auto act = m.allocate(kAct, s, Origin::kFramework);
+      REQUIRE(act);
+      {
+        CallScope scope;
+        REQUIRE(m.touch(&*act, 1, Access::kWrite, s, "cudaLaunchKernel"));
+      }
+      Recorder::ConvProbe probe = o.r.before_graph_convolution(nullptr, fwd);
+      const uint64_t words[] = {*weight, *act};
+      REQUIRE(m.touch(words, 2, Access::kUnknown, s, "cudnnBackendExecute"));
+      o.r.after_graph_convolution(probe, nullptr, fwd, CUDNN_STATUS_SUCCESS);
+      grad = m.allocate(kGrad, s, Origin::kFramework);
+      REQUIRE(grad);
+      probe = o.r.before_graph_convolution(nullptr, bwd);
+      const uint64_t bwords[] = {*weight, *act, *grad};
+      REQUIRE(m.touch(bwords, 3, Access::kUnknown, s, "cudnnBackendExecute"));
+      o.r.after_graph_convolution(probe, nullptr, bwd, CUDNN_STATUS_SUCCESS);
+      REQUIRE(m.free(*act, s));
+      if (!state) state = m.allocate(kState, s, Origin::kFramework);
+      REQUIRE(state);
+      if (leak) REQUIRE(m.allocate(kLeak, s, Origin::kFramework));
+      CallScope scope;
+      const uint64_t owords[] = {*weight, *grad, *state};
+      REQUIRE(m.touch(owords, 3, Access::kUnknown, s, "cudaLaunchKernel"));  // the optimizer's update
+    }
+    return o.finish();
+  }
+};
+
+int count_kind(const Trace& t, CallKind kind) {
+  int n = 0;
+  for (const TraceCall& c : t.calls) n += c.seq >= t.first_seq && c.seq < t.end_seq && c.kind == kind;
+  return n;
+}
+
+}  // namespace
+
+// Note [A steady iteration]: the iteration recorded is one whose live bytes end where they began,
+// not the first step (no optimizer state yet) nor the second (its first update allocates the state):
+// its peak is the steady steps' peak, and what no call uses is still counted in it.
+TEST_CASE("recorder: the iteration recorded is a steady one, its peak a steady step's", "[trace][memory][steady]") {
+  using L = TrainingLoop;
+  OwnedRecording o;
+  const auto t = L{}.run(o, 6, false);
+  INFO(o.r.outcome());
+  REQUIRE(t.ok());
+  const Trace& trace = t.value();
+  REQUIRE(trace.complete);
+  CHECK(trace.detected_by == "auto");
+  CHECK(count_kind(trace, CallKind::kConvolution) == 2);
+  CHECK(count_kind(trace, CallKind::kAlloc) == 2);  // the activation and the gradient: no optimizer state
+  CHECK(count_kind(trace, CallKind::kFree) == 2);   // the activation and the previous gradient
+  const Lifetimes l = lifetimes(trace);
+  // A steady step's peak: weight, optimizer state, the previous gradient gone, activation and gradient.
+  CHECK(l.peak_bytes == L::kUnused + L::kWeight + L::kState + L::kAct + L::kGrad);
+  CHECK(l.untouched_bytes == L::kUnused);
+  // It starts after a backward convolution: that step's activation and gradient are still alive.
+  CHECK(trace.alive_at_start == std::optional<uint64_t>(L::kUnused + L::kWeight + L::kState + L::kAct + L::kGrad));
+  REQUIRE(l.curve.size() >= 1);
+  CHECK(l.curve.back().live_bytes == *trace.alive_at_start);  // it ends where it began
+  // Found during training, not at exit: the trace was complete before the program ended.
+  CHECK(o.r.outcome().find("(at exit)") == std::string::npos);
+}
+
+TEST_CASE("recorder: memory that grows every step still gives an iteration, after three refusals",
+          "[trace][memory][steady]") {
+  using L = TrainingLoop;
+  OwnedRecording o;
+  const auto t = L{}.run(o, 8, true);
+  INFO(o.r.outcome());
+  REQUIRE(t.ok());
+  const Trace& trace = t.value();
+  REQUIRE(trace.complete);
+  CHECK(trace.detected_by == "auto");
+  CHECK(o.r.outcome().find("(at exit)") == std::string::npos);
+  CHECK(count_kind(trace, CallKind::kAlloc) == 3);  // activation, gradient and the 1 MiB kept
+  // The fourth repeat: three earlier ones refused (the first two also grew by the gradient and the state).
+  const Lifetimes l = lifetimes(trace);
+  // It starts after the third step's backward convolution: two steps have kept their 1 MiB.
+  CHECK(*trace.alive_at_start == L::kUnused + L::kWeight + L::kState + L::kAct + L::kGrad + 2 * L::kLeak);
+  CHECK(l.curve.back().live_bytes == *trace.alive_at_start + L::kLeak);
 }
 
 // Note [Iterations without convolutions]: a transformer-like program under memory ownership has

@@ -5,10 +5,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "planner/offload_plan.h"
 #include "tests/common/test_util.h"
 #include "tests/cpu/trace_builder.h"
 
@@ -92,6 +94,51 @@ TEST_CASE("lifetimes: uses, the live-bytes curve, its peak and what crosses from
   CHECK(tail.existing_bytes == (1 + 4 + 2) * kMiB);
   CHECK(tail.allocated_bytes == 3 * kMiB);
   CHECK(tail.peak_bytes == 10 * kMiB);
+}
+
+// Trace::alive_at_start: bytes alive that no call of the iteration names (a library's workspace set
+// once) are on the device throughout: in the peak, the curve, the least budget and the planner's model.
+TEST_CASE("lifetimes: bytes alive but used by no call count everywhere, in the iteration's span only",
+          "[lifetimes][offload]") {
+  Builder b;
+  const uint32_t param = b.buffer(1 * kMiB), act = b.buffer(4 * kMiB);
+  using M = AccessMode;
+  const uint64_t a = b.add(CallKind::kAlloc, static_cast<int32_t>(act));
+  b.add(CallKind::kConvolution, -1, {{param, M::kRead}, {act, M::kWrite}});
+  const uint64_t bw =
+      b.add(CallKind::kConvolution, -1, {{param, M::kRead}, {act, M::kRead}}, ConvKind::kBackwardFilter);
+  b.add(CallKind::kFree, static_cast<int32_t>(act));
+  b.t.complete = true;
+  b.t.first_seq = a;
+  b.t.end_seq = b.seq;
+  const Lifetimes before = lifetimes(b.t);
+  CHECK(before.untouched_bytes == 0);
+  CHECK(before.peak_bytes == 5 * kMiB);
+  b.t.alive_at_start = 1 * kMiB + 6 * kMiB;  // the parameter, and 6 MiB no call uses
+  REQUIRE(parse_trace(nlohmann::json(b.t).dump()).ok());
+  const Lifetimes l = lifetimes(b.t);
+  CHECK(l.existing_bytes == 1 * kMiB);
+  CHECK(l.untouched_bytes == 6 * kMiB);
+  CHECK(l.peak_bytes == 11 * kMiB);
+  CHECK(l.least_bytes == 11 * kMiB);  // the convolutions' buffers, and what stays regardless
+  CHECK(l.least_seq <= bw);
+  const std::vector<uint64_t> live = {11, 11, 11, 7};
+  REQUIRE(l.curve.size() == live.size());
+  for (size_t i = 0; i < live.size(); ++i) CHECK(l.curve[i].live_bytes == live[i] * kMiB);
+  // The planner's model holds it as fixed: no plan can go below it.
+  const SpanModel m = span_model(b.t, l);
+  CHECK(m.fixed_bytes == 6 * kMiB);
+  const std::vector<uint64_t> sim = simulate(m, {});
+  CHECK(*std::max_element(sim.begin(), sim.end()) == 11 * kMiB);
+  CHECK(offload_bound(m).least_bytes == 11 * kMiB);
+  const auto too_small = plan_offload(b.t, l, 10 * kMiB, OffloadPolicy::kVcudnn);
+  REQUIRE_FALSE(too_small.ok());
+  CHECK_THAT(too_small.error().message, Catch::Contains("6.0 MiB alive that no call of the iteration uses"));
+  // Counted only when the span is the trace's iteration (the figure is the bytes alive at its start).
+  CHECK(lifetimes(b.t, a + 1, b.seq).untouched_bytes == 0);
+  // Fewer bytes alive than the calls name (a recording that began late): nothing added.
+  b.t.alive_at_start = 0;
+  CHECK(lifetimes(b.t).untouched_bytes == 0);
 }
 
 TEST_CASE("lifetimes: a trace without buffers (schema 1 content) gives an empty curve of zeros", "[lifetimes]") {

@@ -42,11 +42,13 @@ struct SimResult {
 
 inline Trace scaled_trace(Trace t, uint64_t scale) {
   const auto down = [scale](uint64_t b) { return b == 0 ? 0 : std::max<uint64_t>(1, (b + scale - 1) / scale); };
+  const uint64_t untouched = lifetimes(t).untouched_bytes;
   for (TraceBuffer& b : t.buffers) b.bytes = down(b.bytes);
   for (TraceCall& c : t.calls) {
     c.workspace_bytes = down(c.workspace_bytes);
     c.bytes = down(c.bytes);
   }
+  if (t.alive_at_start) t.alive_at_start = lifetimes(t).existing_bytes + down(untouched);  // each part rounded alone
   return t;
 }
 
@@ -79,6 +81,8 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
     const auto a = m.allocate(trace.buffers[b.buffer].bytes, s, origin(b.buffer));
     if (a) address[b.buffer] = *a;
   }
+  // Alive but used by no call (cuBLAS's workspace, pinned by the runtime): a library buffer here.
+  if (lt.untouched_bytes) (void)m.allocate(lt.untouched_bytes, s, memory::Origin::kLibrary);
   const auto snapshot = [&] {
     const memory::ManagerStats st = m.stats();
     SimIteration x;

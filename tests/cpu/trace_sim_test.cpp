@@ -90,8 +90,10 @@ TEST_CASE(
     "until it needs none",
     "[replay][memory]") {
   const uint64_t budget = kPeak * 60 / 100;
-  // 1/1024 of the budget as room: too little here (fault-ins); more room moves a few more bytes.
-  const test::SimResult r = test::simulate_trace(resnet50(), budget, "vcudnn", 12, 64, 1024);
+  // 1/1024 of the budget as room: too little here (fault-ins); more room moves a few more bytes. Each
+  // new plan is followed from the start of an iteration and then needs a steady one to judge: on
+  // the steady iteration recorded on the H100 three re-plans (to 1/128) took until iteration 11.
+  const test::SimResult r = test::simulate_trace(resnet50(), budget, "vcudnn", 14, 64, 1024);
   INFO(r.decided << "\n" << r.summary);
   CHECK(r.errors.empty());
   CHECK(r.peak_bytes <= budget);

@@ -127,6 +127,7 @@ Trace make_trace() {
   t.complete = true;
   t.gpu_times = "next";
   t.next_timed = 5;
+  t.alive_at_start = kMax - 3;
   t.first_seq = 17;
   t.end_seq = kMax - 1;
   t.layers = {make_layer(0, 2), make_layer(1, 2), make_layer(2, 3)};
@@ -572,4 +573,25 @@ TEST_CASE("trace: where the GPU times come from is kept, defaults for an older t
   require_rejected(j.dump());
   j["iteration"].erase("next_timed");
   require_rejected(j.dump());
+}
+
+TEST_CASE("trace: the bytes alive at the iteration's start are kept, absent or null when memory was not owned, and "
+          "checked", "[trace]") {
+  nlohmann::json j = make_trace();
+  CHECK(j.at("iteration").at("alive_at_start") == std::numeric_limits<uint64_t>::max() - 3);
+  for (const char* how : {"absent", "null"}) {
+    INFO(how);
+    nlohmann::json k = j;
+    if (std::string(how) == "absent") k["iteration"].erase("alive_at_start");
+    else k["iteration"]["alive_at_start"] = nullptr;
+    auto r = vcudnn::parse_trace(k.dump());
+    REQUIRE(r.ok());
+    CHECK_FALSE(r.value().alive_at_start.has_value());
+    CHECK(nlohmann::json(r.value()).at("iteration").at("alive_at_start").is_null());
+  }
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json(1e30), nlohmann::json("5"), nlohmann::json(2.5)}) {
+    INFO(bad.dump());
+    j["iteration"]["alive_at_start"] = bad;
+    require_rejected(j.dump());
+  }
 }

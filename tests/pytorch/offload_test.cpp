@@ -286,7 +286,7 @@ TEST_CASE(
     "bit-identical, the budget held",
     "[pytorch][offload][replay]") {
   Model m{"resnet50", 32};
-  m.steps = 8;
+  m.steps = 10;  // recorded by the fifth (Note [A steady iteration]), followed from the sixth
   check_planned(m, {70, 50});
 }
 
@@ -377,13 +377,15 @@ void check_default_path_trace(const Model& m) {
   CHECK(t.gpu_times == "next");
   CHECK(t.next_timed * 3 >= timed * 2);  // most calls matched in the next iteration
   CHECK(unknown_stream * 100 <= work);  // a hook that cannot know its stream: rare
-  // The trace's bytes alive against PyTorch's own count (PyTorch alone, steady steps): never more than 5% above.
-  // Issue 12 asks for within 5% either way, not met yet: the recorded iteration is the first step, whose peak
-  // precedes the optimizer's state (resnet18: 0.949 of PyTorch's steady peak, its momentum buffers; the transformer:
-  // 0.917), and recording the second step instead is not done yet.
-  CHECK(static_cast<double>(lt.peak_bytes) <= 1.05 * static_cast<double>(steady_live));
+  // The trace's bytes alive against PyTorch's own count (PyTorch alone, steady steps), within 5% either way: the
+  // iteration recorded is a steady one (Note [A steady iteration]: the first step's peak lacked the optimizer's
+  // state, 0.949 of the steady peak for resnet18), and bytes alive that no call uses (cuBLAS's workspace) count.
+  CHECK(t.alive_at_start.has_value());
   WARN("trace live peak / PyTorch's steady max_memory_allocated: "
-       << static_cast<double>(lt.peak_bytes) / static_cast<double>(steady_live));
+       << static_cast<double>(lt.peak_bytes) / static_cast<double>(steady_live) << " (" << lt.untouched_bytes / kMiB
+       << " MiB alive but used by no call)");
+  CHECK(static_cast<double>(lt.peak_bytes) <= 1.05 * static_cast<double>(steady_live));
+  CHECK(static_cast<double>(lt.peak_bytes) >= 0.95 * static_cast<double>(steady_live));
   // Steady GPU times: the first iteration's convolutions take about 10x their steady time (cuDNN's first calls);
   // the next iteration's, recorded with a host slower than usual, stay near a steady step's wall time.
   const auto& steps = r.result.at("step_ms");
@@ -471,7 +473,7 @@ TEST_CASE(
     return;
   }
   Model m{"resnet50", 32, {"--ddp", "2"}};
-  m.steps = 8;
+  m.steps = 10;
   TempDir tmp;
   const Run alone = train(m, "alone", tmp, false);
   require_ran(m, alone);
