@@ -313,30 +313,40 @@ void Recorder::open_call(Recorded& rec, const char* api, std::optional<cudaStrea
   if (stream) start_op_timing(rec, *stream);
 }
 
-void Recorder::start_op_timing(Recorded& rec, cudaStream_t stream) {
+// A start event recorded on `stream` and an end event for later: none when the stream captures
+// a graph (captured is set: an event would become a graph node) or a call fails.
+Recorder::Timing Recorder::start_timing(cudaStream_t stream) {
+  Timing t;
   const RealCudart& rt = real_cudart();
-  if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return;
+  if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return t;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (rt.cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return;
+  if (rt.cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return t;
   if (capture != cudaStreamCaptureStatusNone) {
-    rec.call.captured = true;
-    return;
+    t.captured = true;
+    return t;
   }
-  int device = -1;
-  if (rt.cudaGetDevice(&device) != cudaSuccess) return;
-  cudaEvent_t start = events_.acquire(device), end = events_.acquire(device);
-  if (!start || !end || rt.cudaEventRecord(start, stream) != cudaSuccess) {
-    events_.release(device, start);
-    events_.release(device, end);
-    return;
+  if (rt.cudaGetDevice(&t.device) != cudaSuccess) return t;
+  t.start = events_.acquire(t.device);
+  t.end = events_.acquire(t.device);
+  if (!t.start || !t.end || rt.cudaEventRecord(t.start, stream) != cudaSuccess) {
+    events_.release(t.device, t.start);
+    events_.release(t.device, t.end);
+    t.start = t.end = nullptr;
   }
-  rec.start = start;
-  rec.end = end;
-  rec.device = device;
+  return t;
+}
+
+void Recorder::start_op_timing(Recorded& rec, cudaStream_t stream) {
+  const Timing t = start_timing(stream);
+  rec.call.captured = t.captured;
+  if (!t.end) return;
+  rec.start = t.start;
+  rec.end = t.end;
+  rec.device = t.device;
   tl_open.stream = stream;
-  tl_open.device = device;
-  tl_open.start = start;
-  tl_open.end = end;
+  tl_open.device = t.device;
+  tl_open.start = t.start;
+  tl_open.end = t.end;
 }
 
 void Recorder::op_ended() noexcept {
@@ -371,26 +381,15 @@ Recorder::ConvProbe Recorder::start_probe(cudnnHandle_t handle, std::optional<Co
   p.layer = std::move(layer);
   tl_in_conv = true;  // the buffers reported until the call ends are its accesses
   tl_conv_uses.clear();
-  const RealCudart& rt = real_cudart();
   if (real().cudnnGetStream && real().cudnnGetStream(handle, &p.stream) != CUDNN_STATUS_SUCCESS) return p;
-  if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return p;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (rt.cudaStreamIsCapturing(p.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-    p.captured = true;  // never add work to a graph being captured
-    return p;
-  }
-  if (rt.cudaGetDevice(&p.device) != cudaSuccess) return p;
-  p.start = events_.acquire(p.device);
-  p.end = events_.acquire(p.device);
-  if (!p.start || !p.end || rt.cudaEventRecord(p.start, p.stream) != cudaSuccess) {
-    events_.release(p.device, p.start);
-    events_.release(p.device, p.end);
-    p.start = p.end = nullptr;
-  }
+  const Timing t = start_timing(p.stream);
+  p.captured = t.captured;  // never add work to a graph being captured
+  p.device = t.device;
+  p.start = t.start;
+  p.end = t.end;
   return p;
 }
 
-// The end event; false when the probe was off.
 bool Recorder::end_probe(ConvProbe& p, cudnnStatus_t status) {
   if (!p.on) {
     tl_in_conv = false;

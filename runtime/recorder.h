@@ -122,6 +122,13 @@ class Recorder : public memory::OpSink {
   // appended), and its end event once the hook's real call has queued.
   Recorded* call_in_progress(const char* api);  // this thread's hook call, if it reported `api` already
   void open_call(Recorded& rec, const char* api, std::optional<cudaStream_t> stream);
+  struct Timing {
+    int device = -1;
+    cudaEvent_t start = nullptr;  // recorded on the stream
+    cudaEvent_t end = nullptr;    // to record when the call has queued its work
+    bool captured = false;        // the stream captures a graph: no events
+  };
+  Timing start_timing(cudaStream_t stream);
   void start_op_timing(Recorded& rec, cudaStream_t stream);
   void op_ended() noexcept;
   // Note [GPU times from the next iteration]: the iteration's calls take the times of the same
