@@ -796,7 +796,7 @@ TEST_CASE("memory manager: at synchronisations, memory unused for a whole interv
 
 // Note [CUDA graphs under a budget]: what a capture touches stays; the rest is evicted as before,
 // during the capture too (its live bytes may exceed the budget).
-TEST_CASE("memory manager: buffers a CUDA graph capture uses stay on the device; eviction goes on for the rest",
+TEST_CASE("memory manager: buffers a CUDA graph capture uses stay on the device, eviction goes on for the rest",
           "[memory][graph]") {
   Active on;
   SimDevice dev(kG, 8);
@@ -862,7 +862,7 @@ TEST_CASE("memory manager: buffers a CUDA graph capture uses stay on the device;
   dev2.run_all();
 }
 
-TEST_CASE("memory manager: a pointer query maps an evicted buffer again; the access after it reads the bytes",
+TEST_CASE("memory manager: a pointer query maps an evicted buffer again, the access after it reads the bytes",
           "[memory]") {
   Active on;
   SimDevice dev(kG, 8);

@@ -257,7 +257,7 @@ TEST_CASE("offload plan: invariants on random iterations and budgets", "[offload
   }
 }
 
-TEST_CASE("vcudnn plan: the policies side by side from the command line; a budget below the least is refused",
+TEST_CASE("vcudnn plan: the policies side by side from the command line, a budget below the least refused",
           "[offload_plan][cli]") {
   const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
   test::TempDir tmp;

@@ -232,7 +232,7 @@ TEST_CASE("a preloaded child runs with the defaults whatever VCUDNN_* the caller
 // Triton's launcher and PyTorch's lazy NVRTC stub take cuLaunchKernelEx, cuPointerGetAttribute & co.
 // from dlsym on a libcuda handle, not from the dynamic linker: vcudnn's dlsym hands out its hooks
 // there, and nothing else changes (the toolkit's stub libcuda.so stands in for the driver).
-TEST_CASE("dlsym on a libcuda handle gives vcudnn's driver hooks; every other lookup is unchanged", "[preload]") {
+TEST_CASE("dlsym on a libcuda handle gives vcudnn's driver hooks, every other lookup unchanged", "[preload]") {
   const std::string stub = VCUDNN_CUDA_STUB_DIR "/libcuda.so";
   if (!std::filesystem::exists(stub)) {
     WARN("skipped: no " << stub);

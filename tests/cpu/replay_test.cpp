@@ -161,7 +161,7 @@ TEST_CASE("replay script: the plan's copies at memory events, buffers named for 
   CHECK(s.bytes_moved == moved);
 }
 
-TEST_CASE("replay script: repeated blocks need a longer anchor; a plan without replayable_only may be refused",
+TEST_CASE("replay script: repeated blocks need a longer anchor, a plan without replayable_only may be refused",
           "[replay]") {
   // Six activations of one size: the first allocation is like the next five.
   Net n = net(std::vector<uint64_t>(6, 8 * kMiB));
@@ -270,7 +270,7 @@ struct Loop {
 }  // namespace
 
 TEST_CASE(
-    "replayer: copies due at their events, iteration after iteration; a stray allocation stops them until "
+    "replayer: copies due at their events, iteration after iteration, and a stray allocation stops them until "
     "the next start",
     "[replay]") {
   memory::Replayer r(small_script());

@@ -599,7 +599,7 @@ TEST_CASE("extents: one mapping for a large fresh stretch, unmapped only whole",
   finish(arena, fake);
 }
 
-TEST_CASE("exact extents (under a budget): no buffer takes part of an extent; evict and restore whole", "[arena]") {
+TEST_CASE("exact extents (under a budget): no buffer takes part of an extent, evict and restore whole", "[arena]") {
   FakePhysical fake;
   VmmArena arena(fake, 64 * kG, 32 * kG, 2, /*exact_extents=*/true);
   REQUIRE(arena.ok());
