@@ -390,6 +390,7 @@ Recorder::ConvProbe Recorder::start_probe(cudnnHandle_t handle, std::optional<Co
   return p;
 }
 
+// The end event; false when the probe was off.
 bool Recorder::end_probe(ConvProbe& p, cudnnStatus_t status) {
   if (!p.on) {
     tl_in_conv = false;
