@@ -1,13 +1,17 @@
 // measure_link (link_probe.h).
 //
 // Note [Measuring the host link]
-// Once, when memory ownership starts, before the program has queued much: 32 MiB copied twice
+// Once, when memory ownership starts, before the program has queued much: 8 MiB copied four times
 // each way between a device buffer and pinned host memory, timed with events on vcudnn's own copy
 // streams (out for device-to-host, in for host-to-device), after one untimed copy each way; then
 // both directions at once (the sum of bytes over the longer of the two). The host waits for the
-// copies here, at start only (the hot path never does). On the H100 the whole probe took 38 and
-// 128 ms in two runs and found 54-55 GB/s each way and 90-100 GB/s both at once. The buffers are
-// CUDA's own (real cudaMalloc and cudaMallocHost, freed at once), outside the arena and budget.
+// copies here, at start only (the hot path never does). The buffers are CUDA's own (real
+// cudaMalloc and cudaMallocHost, freed at once), outside the arena and budget.
+// With 32 MiB copied twice (64 MiB pinned) the H100 took 38, 43 and 128 ms in three runs and found
+// 54-55 GB/s each way and 90-100 GB/s both at once; most of that time is pinning the host buffer,
+// not copying (32 MiB at 55 GB/s is 0.6 ms), so the buffers are now a quarter of that size and
+// the log line splits the time into setting up and copying. An 8 MiB copy is long enough for the
+// link's rate (a copy's fixed cost is a few microseconds against 150 us of transfer).
 #include "runtime/memory/link_probe.h"
 
 #include <algorithm>
@@ -22,8 +26,8 @@
 namespace vcudnn::memory {
 namespace {
 
-constexpr size_t kBytes = 32ull << 20;
-constexpr int kCopies = 2;
+constexpr size_t kBytes = 8ull << 20;
+constexpr int kCopies = 4;
 
 std::mutex g_mu;
 std::optional<LinkBandwidth> g_link;
@@ -104,16 +108,18 @@ std::optional<LinkBandwidth> measure_link(cudaStream_t out, cudaStream_t in) {
       return std::nullopt;
     // Untimed first copies (the driver maps the pinned pages for the device on first use).
     if (!p.copies(out, cudaMemcpyDeviceToHost, 1) || !p.copies(in, cudaMemcpyHostToDevice, 1)) return std::nullopt;
+    const auto t1 = std::chrono::steady_clock::now();
     LinkBandwidth link;
     link.device_to_host = p.alone(out, cudaMemcpyDeviceToHost);
     link.host_to_device = p.alone(in, cudaMemcpyHostToDevice);
     link.both = p.both(out, in);
     if (link.device_to_host <= 0 || link.host_to_device <= 0 || link.both <= 0) return std::nullopt;
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
     VCUDNN_LOG_INFO(
-        "offload: host link measured in {:.1f} ms: {:.1f} GB/s device to host, {:.1f} GB/s host to device, "
-        "{:.1f} GB/s both at once (pinned)",
-        ms, link.device_to_host, link.host_to_device, link.both);
+        "offload: host link measured in {:.1f} ms ({:.1f} setting up, {:.1f} copying): {:.1f} GB/s device to "
+        "host, {:.1f} GB/s host to device, {:.1f} GB/s both at once (pinned)",
+        ms(t0, t2), ms(t0, t1), ms(t1, t2), link.device_to_host, link.host_to_device, link.both);
     return link;
   } catch (...) {
     return std::nullopt;
