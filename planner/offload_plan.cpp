@@ -2,6 +2,7 @@
 #include "planner/offload_plan.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <utility>
 
@@ -41,6 +42,25 @@ std::vector<Gap> gaps_of(const SpanModel& m) {
 Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& m, uint64_t budget,
                                const LinkModel& link, double default_call_ms);
 
+// Each call's GPU time by position, `default_call_ms` where the trace has none; how many had none.
+std::vector<double> durations(const Trace& trace, const SpanModel& m, double default_call_ms, size_t* untimed) {
+  const size_t n = m.seqs.size();
+  std::vector<double> duration(n, default_call_ms);
+  size_t p = 0, missing = 0;
+  for (const TraceCall& c : trace.calls) {
+    if (p >= n) break;
+    if (c.seq != m.seqs[p]) continue;
+    if (c.gpu_ms)
+      duration[p] = *c.gpu_ms;
+    else
+      ++missing;
+    ++p;
+  }
+  if (untimed) *untimed = missing;
+  return duration;
+}
+
+
 // Off the device from the call after the one its copy out overlaps (Gap::first()), not from the
 // start of the iteration: a move left with off_from = 0 took its bytes off every call before its
 // use too, in simulate(), offload_bound() and where prefetches may move (replay_script.cpp).
@@ -66,6 +86,20 @@ void finish(const SpanModel& m, OffloadPlan& plan) {
   }
   plan.peak_without = without.empty() ? 0 : *std::max_element(without.begin(), without.end());
   plan.fits = plan.peak_bytes <= plan.budget;
+}
+
+// Bytes per millisecond at `gbps`; a link without a rate moves anything at once.
+double bytes_per_ms(double gbps) { return gbps > 0 ? gbps * 1e6 : 1e300; }
+
+// The calls back to back, without stalls, from their GPU times: when each starts.
+std::vector<double> start_times(const std::vector<double>& duration) {
+  std::vector<double> start(duration.size());
+  double now = 0;
+  for (size_t p = 0; p < duration.size(); ++p) {
+    start[p] = now;
+    now += duration[p];
+  }
+  return start;
 }
 
 // Greedy cover of the calls over the budget, worst first: at the worst call, the smallest move that
@@ -274,24 +308,6 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
 
 namespace {
 
-// Each call's GPU time by position, `default_call_ms` where the trace has none; how many had none.
-std::vector<double> durations(const Trace& trace, const SpanModel& m, double default_call_ms, size_t* untimed) {
-  const size_t n = m.seqs.size();
-  std::vector<double> duration(n, default_call_ms);
-  size_t p = 0, missing = 0;
-  for (const TraceCall& c : trace.calls) {
-    if (p >= n) break;
-    if (c.seq != m.seqs[p]) continue;
-    if (c.gpu_ms)
-      duration[p] = *c.gpu_ms;
-    else
-      ++missing;
-    ++p;
-  }
-  if (untimed) *untimed = missing;
-  return duration;
-}
-
 // moDNN's Algorithm 1 over the call sequence (offload_plan.h says what is left out).
 Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& m, uint64_t budget,
                                const LinkModel& link, double default_call_ms) {
@@ -462,22 +478,44 @@ Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, c
 
 size_t schedule_prefetches(const Trace& trace, const SpanModel& m, OffloadPlan& plan, const LinkModel& link,
                            double default_call_ms) {
-  if (plan.policy != OffloadPolicy::kVcudnn || link.host_to_device_gbps <= 0) return 0;
-  const std::vector<double> duration = durations(trace, m, default_call_ms, nullptr);
+  if (plan.policy != OffloadPolicy::kVcudnn || link.host_to_device_gbps <= 0 || plan.moves.empty()) return 0;
+  const std::vector<double> start_ms = start_times(durations(trace, m, default_call_ms, nullptr));
+  const double h2d = bytes_per_ms(link.host_to_device_gbps);
+  // The copies back share one lane: the latest use first, each copy must end before its use and
+  // before the copy after it in the lane starts.
+  std::vector<size_t> order(plan.moves.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair(plan.moves[a].next_use, a) > std::pair(plan.moves[b].next_use, b);
+  });
+  double lane_from = 1e300;  // when the copy after this one in the lane starts
   size_t moved = 0;
-  for (OffloadMove& mv : plan.moves) {
-    const double copy_ms = static_cast<double>(mv.bytes) / (link.host_to_device_gbps * 1e6);
-    size_t want = mv.next_use - 1;  // the latest: the copy overlaps the call before the use
-    double covered = duration[want];
-    while (covered < copy_ms && want > mv.out_after + 3) covered += duration[--want];
+  for (size_t k : order) {
+    OffloadMove& mv = plan.moves[k];
+    const double copy_ms = static_cast<double>(mv.bytes) / h2d;
+    const double begin = std::min(start_ms[mv.next_use], lane_from) - copy_ms;
+    // The latest call starting by `begin`, after the move is off the device for one call at least.
+    const size_t earliest = mv.off_from + 1;
     const size_t latest = mv.prefetch_at;
-    for (size_t at = want; at < latest; ++at) {  // earliest first; later when the budget breaks
-      mv.prefetch_at = at;
-      const std::vector<uint64_t> sim = simulate(m, plan.moves);
-      if (*std::max_element(sim.begin(), sim.end()) <= plan.budget) break;
-      mv.prefetch_at = latest;
+    const auto after = std::upper_bound(start_ms.begin(), start_ms.end(), begin);
+    size_t want = after == start_ms.begin() ? 0 : static_cast<size_t>(after - start_ms.begin()) - 1;
+    want = std::min(std::max(want, earliest), latest);
+    // Earlier holds its bytes on the device from there: as early as `want` while the budget holds.
+    if (want < latest) {
+      const std::vector<uint64_t> present = simulate(m, plan.moves);
+      size_t at = latest;
+      uint64_t most = 0;
+      while (at > want) {
+        most = std::max(most, present[at - 1]);
+        if (most + mv.bytes > plan.budget) break;
+        --at;
+      }
+      if (at != latest) {
+        mv.prefetch_at = at;
+        ++moved;
+      }
     }
-    if (mv.prefetch_at != latest) ++moved;
+    lane_from = std::min(lane_from, start_ms[mv.prefetch_at]);
   }
   finish(m, plan);
   return moved;
@@ -498,6 +536,8 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
     needed_by[plan.moves[i].next_use].push_back(i);
   }
   std::vector<double> out_end(plan.moves.size(), 0), back_end(plan.moves.size(), 0);
+  const std::vector<uint64_t> present = simulate(m, plan.moves);
+  std::vector<std::pair<double, uint64_t>> pending;  // copies out not ended: (end, bytes)
   t.call_start_ms.assign(n, 0);
   t.call_end_ms.assign(n, 0);
   double now = 0, d2h_free = 0, h2d_free = 0;
@@ -515,6 +555,30 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
       ++t.late_prefetches;
       t.stall_ms += ready - now;
     }
+    // Room: the plan counts a move's bytes off the device from off_from; while its copy out runs
+    // they are still there, and a call that would go over the budget with them waits for copies
+    // to end (the runtime's host wait for room).
+    pending.clear();
+    uint64_t held = present[p];
+    for (size_t i = 0; i < plan.moves.size(); ++i) {
+      const OffloadMove& mv = plan.moves[i];
+      if (mv.first_absent() <= p && p <= mv.last_absent() && out_end[i] > ready) {
+        pending.emplace_back(out_end[i], mv.bytes);
+        held += mv.bytes;
+      }
+    }
+    if (held > plan.budget) {
+      std::sort(pending.begin(), pending.end());
+      double until = ready;
+      for (const auto& [end, bytes] : pending) {
+        if (held <= plan.budget) break;
+        held -= bytes;
+        until = end;
+      }
+      ++t.room_waits;
+      t.room_ms += until - ready;
+      ready = until;
+    }
     t.call_start_ms[p] = ready;
     now = ready + duration[p];
     t.call_end_ms[p] = now;
@@ -528,15 +592,21 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
   }
   t.step_ms = now;
   for (size_t i = 0; i < plan.moves.size(); ++i) {
-    const size_t after_next = plan.moves[i].out_after + 2;
-    if (after_next < n && out_end[i] > t.call_start_ms[after_next]) ++t.late_offloads;
+    const size_t off = plan.moves[i].off_from;
+    if (off < n && out_end[i] > t.call_start_ms[off]) ++t.late_offloads;
   }
-  // The bound: the largest excess over the budget must leave and come back.
+  // The bound (Note [The lower bound]).
   const std::vector<uint64_t> none = simulate(m, {});
-  uint64_t excess = 0;
-  for (uint64_t v : none) excess = std::max(excess, v > plan.budget ? v - plan.budget : 0);
-  const double e = static_cast<double>(excess);
-  t.lower_bound_ms = std::max({t.compute_ms, e / d2h, e / h2d, 2 * e / per_ms(link.both_gbps)});
+  t.lower_bound_ms = t.compute_ms;
+  double before = 0;  // the compute of the calls before p
+  for (size_t p = 0; p < n; ++p) {
+    if (none[p] > plan.budget) {
+      const double e = static_cast<double>(none[p] - plan.budget);
+      const double after = t.compute_ms - before;  // p and the calls after it
+      t.lower_bound_ms = std::max({t.lower_bound_ms, e / d2h + after, before + e / h2d, e / d2h + e / h2d});
+    }
+    before += duration[p];
+  }
   return t;
 }
 

@@ -123,12 +123,13 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
 //
 // Three lanes run side by side: the calls in order on one compute stream, copies out on the
 // device-to-host link, copies back on the host-to-device link (each lane one copy at a time, at
-// its own bandwidth; that both directions at once share `both_gbps` enters the lower bound only,
-// so the timeline is optimistic where the lanes overlap). A copy out starts when its use has
+// its own bandwidth; that both directions at once share `both_gbps` is not modelled, so the
+// timeline is optimistic where the lanes overlap). A copy out starts when its use has
 // run and the lane is free; a copy back when its prefetch call starts, the lane is free and the copy
 // out is done; a call waits for the copies back of the buffers it uses (a stall). The model of
-// device bytes above assumes a copy out ends before the call after next starts; a copy that does
-// not is counted as late (the memory would still be held then).
+// device bytes above counts a move off the device from its off_from call; a copy out not done by
+// then is late, its bytes still held, and a call that would go over the budget with them waits
+// for enough copies out to end (room), as the runtime does.
 
 struct TimedCopy {
   size_t move = 0;  // index into OffloadPlan::moves
@@ -139,14 +140,25 @@ struct PlanTimeline {
   double step_ms = 0;                              // the calls' end
   double compute_ms = 0;                           // the calls alone, without stalls
   double stall_ms = 0;                             // calls waiting for copies back
+  double room_ms = 0;                              // calls waiting for copies out (room under the budget)
+  size_t room_waits = 0;                           // calls that waited for room
   size_t late_prefetches = 0;                      // copies back not done when their call was due
-  size_t late_offloads = 0;                        // copies out not done when the call after next started
+  size_t late_offloads = 0;                        // copies out not done when the move's off_from call started
   size_t untimed_calls = 0;                        // calls the trace has no GPU time for (counted as `default_call_ms`)
   std::vector<double> call_start_ms, call_end_ms;  // by position
   std::vector<TimedCopy> copies_out, copies_back;
-  // The least time any plan for the budget can take in this model: the compute alone, and the bytes
-  // that must be off the device at the worst call (its excess over the budget), moved out and back
-  // at the link's bandwidths, each direction alone and both at once.
+  // Note [The lower bound]
+  // The least time any plan for the budget can take in this model. At every call p over the budget
+  // without a plan, its excess e_p must be off the device before p starts and come back after p
+  // has started; the copies cannot begin before the iteration does, and no call waits for nothing:
+  // the step takes at least the compute; e_p / device-to-host + the compute of p and the calls after
+  // it (p cannot start before e_p has gone out); the compute before p + e_p / host-to-device (the
+  // copies back start once p has); and e_p / device-to-host + e_p / host-to-device (the same bytes
+  // go out before p and come back after it, so the two cannot overlap). The largest over every p.
+  // (Before
+  // 2026-11-23 the bound took the largest e_p alone, which ignores that the excess at the turn
+  // from forward to backward must go out during the forward pass: ResNet-50 b64 at 80% has 1.1 GiB
+  // to move in its ~13 ms forward pass, 0.7 GiB of which the link can carry in that time.)
   double lower_bound_ms = 0;
 };
 
@@ -155,10 +167,10 @@ struct PlanTimeline {
 PlanTimeline time_plan(const Trace& trace, const SpanModel& model, const OffloadPlan& plan, const LinkModel& link,
                        double default_call_ms = 0);
 
-// vcudnn's prefetches as late as the link allows: each copy back is issued at the latest call from
-// which the calls up to its use take at least the copy's time (so it is not late when the link is
-// free), but never so early that the budget breaks (then as early as it holds). Only vcudnn plans
-// move; returns how many prefetches moved.
+// vcudnn's prefetches as late as the link allows: the copies back share one lane, so, latest use
+// first, each is issued at the latest call from which it ends before its use and before the copy
+// after it in the lane begins (GPU times from the trace), but never so early that the budget breaks
+// (then as early as it holds). Only vcudnn plans move; returns how many prefetches moved.
 size_t schedule_prefetches(const Trace& trace, const SpanModel& model, OffloadPlan& plan, const LinkModel& link,
                            double default_call_ms = 0);
 

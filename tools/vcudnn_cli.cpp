@@ -282,9 +282,8 @@ int run_plan(PlanRequest q) {
   fmt::print("link: {:.1f} GB/s out, {:.1f} GB/s back, {:.1f} GB/s both ({}); calls without GPU time: {} ms each\n",
              link.device_to_host_gbps, link.host_to_device_gbps, link.both_gbps, link_from, q.call_ms);
   fmt::print(
-      "| policy | fits | moves | moved out | peak | peak / budget | step (ms) | stalls (ms) | late copies back | x "
-      "lower "
-      "bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| policy | fits | moves | moved out | peak | peak / budget | step (ms) | waits for copies back (ms) | waits for "
+      "room (ms) | late copies back / out | x lower bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   int rc = 0;
   nlohmann::json out = {{"schema", "vcudnn.plan/1"},
                         {"trace", q.path},
@@ -301,7 +300,7 @@ int run_plan(PlanRequest q) {
   for (OffloadPolicy policy : policies) {
     auto plan = plan_offload(t, l, *budget, policy, {}, link, q.call_ms);
     if (!plan) {
-      fmt::print("| {} | refused | | | | | | | | |\n", offload_policy_name(policy));
+      fmt::print("| {} | refused | | | | | | | | | |\n", offload_policy_name(policy));
       fmt::print(stderr, "{}: {}\n", offload_policy_name(policy), plan.error().message);
       if (*budget < bound.least_bytes) rc = 3;
       continue;
@@ -310,10 +309,11 @@ int run_plan(PlanRequest q) {
     schedule_prefetches(t, m, p, link, q.call_ms);
     const PlanTimeline time = time_plan(t, m, p, link, q.call_ms);
     untimed = time.untimed_calls;
-    fmt::print("| {} | {} | {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {} | {:.3f} |\n", offload_policy_name(policy),
-               p.fits ? "yes" : "NO", p.moves.size(), mib_text(p.bytes_moved), mib_text(p.peak_bytes),
+    fmt::print("| {} | {} | {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} / {} | {:.3f} |\n",
+               offload_policy_name(policy), p.fits ? "yes" : "NO", p.moves.size(), mib_text(p.bytes_moved), mib_text(p.peak_bytes),
                static_cast<double>(p.peak_bytes) / static_cast<double>(*budget), time.step_ms, time.stall_ms,
-               time.late_prefetches, time.lower_bound_ms > 0 ? time.step_ms / time.lower_bound_ms : 0.0);
+               time.room_ms, time.late_prefetches, time.late_offloads,
+               time.lower_bound_ms > 0 ? time.step_ms / time.lower_bound_ms : 0.0);
     nlohmann::json moves = nlohmann::json::array();
     for (const OffloadMove& mv : p.moves)
       moves.push_back({{"buffer", t.buffers[l.buffers[mv.life].buffer].id},
@@ -327,6 +327,7 @@ int run_plan(PlanRequest q) {
                             {"peak", p.peak_bytes},
                             {"step_ms", time.step_ms},
                             {"stall_ms", time.stall_ms},
+                            {"room_ms", time.room_ms},
                             {"lower_bound_ms", time.lower_bound_ms},
                             {"moves", std::move(moves)}});
     out["curves"][std::string(offload_policy_name(policy))] = simulate(m, p.moves);

@@ -49,6 +49,14 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
     c.bytes = down(c.bytes);
   }
   if (t.alive_at_start) t.alive_at_start = lifetimes(t).existing_bytes + down(untouched);  // each part rounded alone
+  // The link scaled with the bytes, so that a copy takes as long against the calls' GPU times as it
+  // did (the plan times its moves by the link: Note [Moves timed by the link]).
+  if (t.link) {
+    const double s = static_cast<double>(scale);
+    t.link->device_to_host /= s;
+    t.link->host_to_device /= s;
+    t.link->both /= s;
+  }
   return t;
 }
 

@@ -49,13 +49,16 @@ TEST_CASE(
     "[replay][memory]") {
   // Mappings per steady iteration measured when this test was written (the driver calls of Note
   // [Extents under a budget]; ~300 us each on the H100): 94 at 80%, 149 at 60% (before idle
-  // extents were taken anywhere in a run: 160 and 182); on demand 152 and 183. The bounds leave
-  // ~10% before a change in the arena or the plan counts as a regression.
+  // extents were taken anywhere in a run: 160 and 182); on demand 152 and 183. Since the scaled
+  // trace's link is scaled too (a copy takes as long against the calls as on the H100, not 1/64 of
+  // that) and prefetches share one lane (schedule_prefetches), copies back start earlier and hold
+  // room longer: 116 and 187 (on demand 154 and 198). The bounds leave ~10% before a change in the
+  // arena or the plan counts as a regression.
   struct Case {
     int percent;
     double max_maps;
   };
-  for (const Case c : {Case{80, 104}, Case{60, 164}}) {
+  for (const Case c : {Case{80, 128}, Case{60, 205}}) {
     const uint64_t budget = kPeak * static_cast<uint64_t>(c.percent) / 100;
     const test::SimResult plan = test::simulate_trace(resnet50(), budget, "vcudnn", kIterations);
     const test::SimResult lru = test::simulate_trace(resnet50(), budget, "lru", kIterations);
