@@ -317,6 +317,7 @@ void Recorder::open_call(Recorded& rec, const char* api, std::optional<cudaStrea
 // a graph (captured is set: an event would become a graph node) or a call fails.
 Recorder::Timing Recorder::start_timing(cudaStream_t stream) {
   Timing t;
+  if (!config_.gpu_timing) return t;
   const RealCudart& rt = real_cudart();
   if (!rt.cudaStreamIsCapturing || !rt.cudaGetDevice || !rt.cudaEventRecord) return t;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -32,6 +32,9 @@ struct RecorderConfig {
   // Called once with the complete iteration, while the program runs (not at exit), on the hook
   // thread that resolved it, with no lock of the recorder's held: the offload plan is made there.
   std::function<void(const Trace&)> on_iteration;
+  // false: no call is timed with CUDA events. For programs whose streams are not CUDA's (the CPU
+  // tests' simulated device: on a machine with a GPU, the real runtime would be handed them).
+  bool gpu_timing = true;
 };
 
 // Also the memory runtime's OpSink: allocations, frees and the buffers of every tracked call join

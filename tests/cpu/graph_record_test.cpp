@@ -39,7 +39,7 @@ struct OwnedRecording {
   memory::MemoryManager m{dev, dev, dev, config()};
   test::TempDir tmp;
   std::string path = tmp.file("trace.json");
-  Recorder r{RecorderConfig{path, 200000, nullptr}};
+  Recorder r{RecorderConfig{path, 200000, nullptr, /*gpu_timing=*/false}};  // its streams are the simulation's
   memory::Stream s = test::SimDevice::stream(1);
 
   OwnedRecording() {

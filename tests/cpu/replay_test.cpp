@@ -433,7 +433,8 @@ LoopResult train(const std::string& policy, int iterations) {
   memory::MemoryManager m(dev, dev, dev, test::manager_config(kBudget * kG, kG));
   LoopResult out;
   Recorder rec(
-      RecorderConfig{"", 200000, [&](const Trace& t) { out.decided = replay_recorded_iteration(t, m, policy); }});
+      RecorderConfig{"", 200000, [&](const Trace& t) { out.decided = replay_recorded_iteration(t, m, policy); },
+                     /*gpu_timing=*/false});  // its streams are the simulation's
   m.set_sink(&rec);
   Kernel k{m, dev};
   const auto weights = m.allocate(kWeights, k.s, memory::Origin::kFramework);
