@@ -60,7 +60,6 @@ std::vector<double> durations(const Trace& trace, const SpanModel& m, double def
   return duration;
 }
 
-
 // Off the device from the call after the one its copy out overlaps (Gap::first()), not from the
 // start of the iteration: a move left with off_from = 0 took its bytes off every call before its
 // use too, in simulate(), offload_bound() and where prefetches may move (replay_script.cpp).
