@@ -312,8 +312,7 @@ Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, c
                                const LinkModel& link, double default_call_ms) {
   const size_t n = m.seqs.size();
   const std::vector<double> dur = durations(trace, m, default_call_ms, nullptr);
-  const auto per_ms = [](double gbps) { return gbps > 0 ? gbps * 1e6 : 1e300; };
-  const double d2h = per_ms(link.device_to_host_gbps), h2d = per_ms(link.host_to_device_gbps);
+  const double d2h = bytes_per_ms(link.device_to_host_gbps), h2d = bytes_per_ms(link.host_to_device_gbps);
   std::vector<std::vector<size_t>> uses_at(n), arrive_at(n), leave_at(n);
   struct State {
     bool resident = false, fresh = true;  // fresh: not used since it arrived (protected)
@@ -526,8 +525,7 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
   const size_t n = m.seqs.size();
   const std::vector<double> duration = durations(trace, m, default_call_ms, &t.untimed_calls);
   // Bytes per millisecond.
-  const auto per_ms = [](double gbps) { return gbps > 0 ? gbps * 1e6 : 1e300; };
-  const double d2h = per_ms(link.device_to_host_gbps), h2d = per_ms(link.host_to_device_gbps);
+  const double d2h = bytes_per_ms(link.device_to_host_gbps), h2d = bytes_per_ms(link.host_to_device_gbps);
   std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n);
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     out_after[plan.moves[i].out_after].push_back(i);
