@@ -35,7 +35,10 @@
 // room: granule by granule, ResNet-50 at 60% spent ~250 ms a step on it. With `exact_extents`, a
 // large buffer covers whole extents only (it takes a window of whole idle extents anywhere in an
 // idle run, else maps fresh memory), so eviction unmaps its extents whole, restore() maps it as one
-// new extent, and trim() unmaps idle extents whole.
+// new extent, and trim() unmaps idle extents whole. The driver's cost is per mapping, not per call:
+// 2 MiB chunks mapped one by one and made accessible by one cuMemSetAccess over the whole range
+// cost ~44 us per chunk in that call (cuMemUnmap takes such a range too, ~25 us per chunk), so
+// granules under a budget were 1.5-2x slower than extents (README, "Tried and rejected").
 //
 // Knows nothing of CUDA: the backend (a CUDA one in runtime/, or a fake in tests) reserves,
 // creates, maps and unmaps. No exception leaves a public function; one mutex guards everything.
