@@ -156,7 +156,7 @@ def main():
             if base:
                 runs.append(run_config(args, lib, f"vcudnn-{pct}", base * pct // 100, tmp))
     print(f"### {args.model} batch {args.batch}, {args.steps} profiled steps after {args.warmup}; medians per step, ms "
-          "(compute stream: kernels + host late + waiting = step)")
+          "(compute stream: kernels + host late + waiting; the rest of the step is its end, after the last kernel)")
     print("| config | budget (GiB) | step | kernels | host late | waiting | copies out (MiB) | copies back (MiB) | "
           "host syncs |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
