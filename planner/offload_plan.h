@@ -155,10 +155,10 @@ struct PlanTimeline {
   // it (p cannot start before e_p has gone out); the compute before p + e_p / host-to-device (the
   // copies back start once p has); and e_p / device-to-host + e_p / host-to-device (the same bytes
   // go out before p and come back after it, so the two cannot overlap). The largest over every p.
-  // (Before
-  // 2026-11-23 the bound took the largest e_p alone, which ignores that the excess at the turn
-  // from forward to backward must go out during the forward pass: ResNet-50 b64 at 80% has 1.1 GiB
-  // to move in its ~13 ms forward pass, 0.7 GiB of which the link can carry in that time.)
+  // (Before 2026-11-23 the bound took the largest e_p alone, which ignores that the excess at the
+  // turn from forward to backward must go out during the forward pass: ResNet-50 b64 at 80% has
+  // 1.1 GiB to move in its ~13 ms forward pass, 0.7 GiB of which the link can carry in that
+  // time.)
   double lower_bound_ms = 0;
 };
 
