@@ -189,7 +189,9 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
     // whenever the previous fence has passed).
     if (config_.device_budget) order_.fence_ahead(id);
   } else {
-    const uint64_t streams = b->streams.load() | StreamOrder::bit_of(order_.id_of(nullptr));
+    // Untracked (Note [Tracking without a budget]): every stream seen.
+    const uint64_t legacy = StreamOrder::bit_of(order_.id_of(nullptr));
+    const uint64_t streams = tracking() ? b->streams.load() | legacy : ~uint64_t{0};
     for (uint32_t id : order_.ids_in(streams)) tags.add(order_.mark(id));
   }
   // Copies of vcudnn's own may still be in flight on it: a copy back writing into it, or a copy
@@ -531,6 +533,7 @@ void MemoryManager::settle_restore(Buffer* b, StreamRef stream) {
 // Access tracking
 
 bool MemoryManager::touch(const uint64_t* words, size_t n, Access mode, StreamRef stream, const char* api) {
+  if (!tracking()) return true;
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const uint64_t lo = index_.prefilter_min();
   const uint64_t hi = index_.prefilter_max();
@@ -547,18 +550,21 @@ bool MemoryManager::touch(const uint64_t* words, size_t n, Access mode, StreamRe
 
 bool MemoryManager::touch_params(const std::vector<pool::ParamSlot>& layout, void** args, StreamRef stream,
                                  const char* api) {
+  if (!tracking()) return true;
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const pool::HitList hits = pool::scan_params(index_, layout, args);
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
 }
 
 bool MemoryManager::touch_block(const void* data, size_t bytes, StreamRef stream, const char* api) {
+  if (!tracking()) return true;
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const pool::HitList hits = pool::scan_words(index_, data, bytes);
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
 }
 
 bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
+  if (!tracking()) return true;
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   pool::HitList hits;
   {
@@ -569,9 +575,31 @@ bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
 }
 
+// Note [Tracking without a budget]
+// Accesses are tracked for three readers: eviction (which buffer, ordered after which streams' work,
+// not while a call holds it), the recorder (the first iteration's calls and their buffers) and the
+// access log (VCUDNN_TRACE). Without a device budget nothing is ever evicted (vcudnnEvictBuffer is
+// refused too), so once the recorder is finished (its iteration taken, timed and written) and the
+// access log is full or not wanted, tracking stops for good: every touch returns at once, and a
+// launch costs its hook a call scope and a layout lookup. The one reader left of the streams a
+// buffer was used on is cudaFree (no stream): it then orders after every stream vcudnn has seen, as
+// the real cudaFree waits for the whole device. The exit line says when tracking stopped.
+void MemoryManager::stop_tracking_if_done() {
+  if (config_.device_budget || (config_.access_log && !log_.full())) return;
+  const OpSink* sink = sink_.load(std::memory_order_acquire);
+  if (!sink || !sink->finished()) return;  // no recorder attached yet, or still recording
+  if (tracking_.exchange(false, std::memory_order_relaxed)) {
+    VCUDNN_LOG_INFO(
+        "offload: no device budget and the first iteration is recorded: accesses are no longer tracked "
+        "(nothing is evicted without a budget), after {} tracked calls",
+        tracked_calls_.load(std::memory_order_relaxed));
+  }
+}
+
 bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef stream, const char* api) {
   TouchScope scope;  // the hook's CallScope when it has one: the holds last until its work is queued
   if (OpSink* sink = sink_.load(std::memory_order_acquire)) sink->poll();
+  if (!config_.device_budget) stop_tracking_if_done();
   if (Replayer* replay = replay_.load(std::memory_order_acquire)) {
     std::vector<Replayer::Due> due;
     replay->on_use(due);
@@ -610,7 +638,7 @@ bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef st
     } catch (...) {  // out of host memory: the trace misses this call's buffers
     }
   }
-  if (!log_.full()) {
+  if (config_.access_log && !log_.full()) {
     const uint64_t call = tracked_calls_.load(std::memory_order_relaxed);
     uint64_t serials[64];
     for (size_t i = 0; i < hits.size(); i += 64) {
@@ -681,6 +709,7 @@ void MemoryManager::forget(const void* owner) {
 }
 
 bool MemoryManager::touch_remembered(const void* owner, StreamRef stream, const char* api) {
+  if (!tracking()) return true;
   std::vector<uint64_t> words;
   {
     std::lock_guard<std::mutex> lock(remembered_mu_);
@@ -812,6 +841,7 @@ EvictResult MemoryManager::evict(uint64_t address) {
   if (it == live_.end()) return EvictResult::kUnknown;
   Buffer* b = it->second;
   if (!b->large) return EvictResult::kTooSmall;
+  if (!config_.device_budget) return EvictResult::kNotAllowed;  // Note [Tracking without a budget]
   if (b->library || b->pinned.load() || eviction_paused()) return EvictResult::kNotAllowed;
   if (b->state.load() == BufferState::kEvicted) return EvictResult::kAlreadyEvicted;
   if (b->state.load() == BufferState::kResident) {
@@ -908,13 +938,15 @@ std::string MemoryManager::summary() const {
       "fault_ins={} evicted={} restored={} trimmed={} released={} oom_retries={} room={} in {:.1f} ms host_waits={} "
       "stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
-      "tracked_hits={} "
+      "tracked_hits={}{} "
       "pinned={} graph_pinned={} ({}) foreign={}{}{}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
       mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
       mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
-      s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits, s.pinned_buffers, s.graph_pinned_buffers,
+      s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits,
+      tracking() ? "" : " (then untracked: no budget)",
+      s.pinned_buffers, s.graph_pinned_buffers,
       mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s), driver_costs());
 }
 

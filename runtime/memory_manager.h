@@ -53,6 +53,7 @@ struct ManagerConfig {
   uint64_t host_budget = 0;               // pinned host memory for evicted buffers
   uint64_t host_slab_bytes = pool::HostPool::kDefaultSlabBytes;
   uint64_t reserve_bytes = 0;  // the arena's VA range (0: 4 x device_total + host_budget)
+  bool access_log = false;     // keep the first accesses for VCUDNN_TRACE's path.memory.json
 };
 
 // Counters for vcudnnGetMemoryStats and the exit line.
@@ -128,7 +129,9 @@ class MemoryManager {
   bool free(uint64_t address, StreamRef stream);
   bool owns(uint64_t address) const;
 
-  // Access tracking (memory_access.h).
+  // Access tracking (memory_access.h). Every touch*() returns true at once, reporting nothing, once
+  // tracking is off (Note [Tracking without a budget]).
+  bool tracking() const { return tracking_.load(std::memory_order_relaxed); }
   bool touch(const uint64_t* words, size_t n, Access mode, StreamRef stream, const char* api);
   bool touch_params(const std::vector<pool::ParamSlot>& layout, void** args, StreamRef stream, const char* api);
   bool touch_block(const void* data, size_t bytes, StreamRef stream, const char* api);
@@ -279,6 +282,8 @@ class MemoryManager {
   std::mutex remembered_mu_;
   std::unordered_map<const void*, std::vector<uint64_t>> remembered_;
 
+  void stop_tracking_if_done();
+  std::atomic<bool> tracking_{true};
   std::atomic<uint64_t> tracked_calls_{0};
   std::atomic<uint64_t> tracked_hits_{0};
   std::atomic<uint64_t> foreign_{0};

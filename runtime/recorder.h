@@ -84,6 +84,7 @@ class Recorder : public memory::OpSink {
   void poll() noexcept override {
     if (phase_.load(std::memory_order_relaxed) == kResolving) poll_slow();
   }
+  bool finished() const noexcept override { return phase_.load(std::memory_order_relaxed) == kDone; }
   // Process exit: close the last segment, take what GPU times are ready, write the trace.
   void finish();
   // One phrase for the exit summary ("iteration of 184 calls ... written to X").

@@ -35,6 +35,9 @@ class OpSink {
   // Called on the access path with no lock of the manager's held, also after recording stopped:
   // the recorder finishes its iteration there (and may install an offload plan).
   virtual void poll() noexcept {}
+  // Nothing more will be recorded, resolved or planned: the manager may stop tracking accesses
+  // (Note [Tracking without a budget] in memory_manager.cpp).
+  virtual bool finished() const noexcept { return false; }
 };
 
 }  // namespace vcudnn::memory

@@ -61,7 +61,10 @@ std::vector<uint32_t> StreamOrder::ids_in(uint64_t mask) const {
 pool::FreeTag StreamOrder::mark(uint32_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (id == 0 || id > states_.size()) return {};
-  return {id, ++state(id).marks};
+  State& st = state(id);
+  // A destroyed stream queues nothing more: its last mark, fenced by retire(), covers all its work
+  // (a new mark could never be fenced, and memory freed behind it would never settle).
+  return {id, st.retired ? st.marks : ++st.marks};
 }
 
 void StreamOrder::poll(State& st) {

@@ -884,3 +884,102 @@ TEST_CASE("memory manager: a pointer query maps an evicted buffer again, the acc
   dev.run_all();
   CHECK_MSG_ERRORS(dev);
 }
+
+namespace {
+// A recorder stand-in: recording until the test says it is finished.
+struct FinishingSink final : OpSink {
+  bool done = false;
+  bool recording() const noexcept override { return !done; }
+  void allocated(const BufferRef&, std::optional<cudaStream_t>) noexcept override {}
+  void freed(const BufferRef&, std::optional<cudaStream_t>) noexcept override {}
+  void used(const char*, std::optional<cudaStream_t>, const BufferUse*, size_t n) noexcept override { uses += n; }
+  bool finished() const noexcept override { return done; }
+  size_t uses = 0;
+};
+}  // namespace
+
+// Note [Tracking without a budget]: the recorder's iteration taken, nothing reads accesses any more.
+TEST_CASE("memory manager: without a budget tracking stops once the recorder is finished and cudaFree still orders",
+          "[memory]") {
+  Active active;
+  SimDevice dev(kG, UINT64_MAX);
+  MemoryManager m(dev, dev, dev, config(std::nullopt));
+  Program p{m, dev};
+  FinishingSink sink;
+  m.set_sink(&sink);
+  const auto a = m.allocate(8 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(a);
+  REQUIRE(p.write(*a, 8 * kMiB, 1, stream_n(1)));
+  CHECK(m.tracking());
+  CHECK(sink.uses == 1);
+  sink.done = true;
+  REQUIRE(p.write(*a, 8 * kMiB, 2, stream_n(1)));  // this touch still counts; it turns tracking off
+  CHECK_FALSE(m.tracking());
+  const uint64_t calls = m.stats().tracked_calls;
+  CHECK(calls == 2);
+  REQUIRE(p.check(*a, 8 * kMiB, 2, stream_n(1)));
+  CHECK(m.stats().tracked_calls == calls);
+  CHECK(sink.uses == 1);
+  CHECK(m.summary().find("(then untracked: no budget)") != std::string::npos);
+  CHECK(m.evict(*a) == EvictResult::kNotAllowed);  // nothing is evicted without a budget
+
+  // Stream 2 reads `a` (its touch is not tracked any more), then the program frees it with cudaFree
+  // and allocates on stream 1: stream 1 must not write that memory before stream 2's read has run.
+  dev.run_stream(stream_n(1));
+  REQUIRE(p.check(*a, 8 * kMiB, 2, stream_n(2)));
+  REQUIRE(m.free(*a, std::nullopt));
+  const auto b = m.allocate(8 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(b);
+  CHECK(*b == *a);
+  REQUIRE(p.write(*b, 8 * kMiB, 3, stream_n(1)));
+  dev.run_stream(nullptr);      // the legacy stream's fences pass
+  dev.run_stream(stream_n(1));  // held by its wait for stream 2
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+  CHECK(m.host_waits().total() == 0);
+}
+
+TEST_CASE("memory manager: tracking goes on under a budget or while the access log is wanted", "[memory]") {
+  Active active;
+  for (const bool budget : {true, false}) {
+    INFO((budget ? "budget" : "access log"));
+    SimDevice dev(kG, UINT64_MAX);
+    ManagerConfig c = config(budget ? std::optional<uint64_t>(64 * kG) : std::nullopt);
+    c.access_log = !budget;
+    MemoryManager m(dev, dev, dev, c);
+    Program p{m, dev};
+    FinishingSink sink;
+    sink.done = true;
+    m.set_sink(&sink);
+    const auto a = m.allocate(8 * kMiB, stream_n(1), Origin::kFramework);
+    REQUIRE(a);
+    for (uint32_t i = 0; i < 3; ++i) REQUIRE(p.write(*a, 8 * kMiB, i, stream_n(1)));
+    CHECK(m.tracking());
+    CHECK(m.stats().tracked_calls == 3);
+    CHECK(m.access_log().size() == (budget ? 0u : 3u));
+    dev.run_all();
+    CHECK_MSG_ERRORS(dev);
+  }
+}
+
+// A buffer used on a stream that is destroyed before the buffer is freed: the free orders after
+// that stream's last work (fenced when it was destroyed), and the memory settles.
+TEST_CASE("memory manager: memory freed after its stream was destroyed settles", "[memory]") {
+  Active active;
+  SimDevice dev(kG, UINT64_MAX);
+  MemoryManager m(dev, dev, dev, config(std::nullopt));
+  Program p{m, dev};
+  const auto a = m.allocate(8 * kMiB, stream_n(3), Origin::kFramework);
+  REQUIRE(a);
+  REQUIRE(p.write(*a, 8 * kMiB, 1, stream_n(3)));
+  m.stream_destroyed(stream_n(3));
+  REQUIRE(m.free(*a, std::nullopt));
+  uint64_t trimmed = 0;
+  for (int i = 0; i < 3 && trimmed == 0; ++i) {  // the first asks put fences behind the marks
+    dev.run_all();
+    trimmed = m.trim_to(0);
+  }
+  CHECK(trimmed == 8 * kMiB);
+  CHECK(m.stats().mapped == 0);
+  CHECK_MSG_ERRORS(dev);
+}

@@ -190,7 +190,7 @@ VCUDNN_API cudnnStatus_t vcudnnResetMemoryPeak(void);
 /* Test and tool hooks on one owned buffer (the address cudaMalloc* returned): move it to the host
  * now / bring it back now. CUDNN_STATUS_BAD_PARAM for an address vcudnn does not own, or a buffer
  * below one granule (never evicted); CUDNN_STATUS_NOT_SUPPORTED when eviction is off (no
- * ownership, a CUDA graph seen, a pinned or library buffer);
+ * ownership, no device budget, a CUDA graph seen, a pinned or library buffer);
  * CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED when the host budget cannot take it;
  * CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED when the device budget cannot hold it
  * again. Evicting an evicted buffer or restoring a resident one succeeds and does nothing. */
