@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 
+#include "runtime/hook_scope.h"
 #include "runtime/log.h"
 #include "runtime/memory/call_scope.h"
 
@@ -88,8 +89,27 @@ uint64_t MemoryManager::free_granules() const {
 // ---------------------------------------------------------------------------------------------
 // Serving
 
+// The host time of allocate() and free(), for the exit line: what serving the program's memory costs
+// it (the real cudaMallocAsync and cudaFreeAsync pair costs about 0.7 us on the H100's host:
+// scripts/bench/results/offload_micro-issue9.json).
+class MemoryManager::ServeTimer {
+ public:
+  explicit ServeTimer(MemoryManager& m) : m_(m), t0_(monotonic_ns()) {}
+  ~ServeTimer() {
+    m_.serve_ns_.fetch_add(monotonic_ns() - t0_, std::memory_order_relaxed);
+    m_.serve_calls_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ServeTimer(const ServeTimer&) = delete;
+  ServeTimer& operator=(const ServeTimer&) = delete;
+
+ private:
+  MemoryManager& m_;
+  uint64_t t0_;
+};
+
 std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream, Origin origin) {
   if (bytes == 0) return uint64_t{0};
+  const ServeTimer timer(*this);
   if (replan_wanted_.load(std::memory_order_relaxed) != 0) maybe_replan();
   std::unique_lock<std::mutex> lock(mu_);
   // The plan's copies due at this allocation first: they make its room.
@@ -163,6 +183,7 @@ void MemoryManager::order_new_owner(const pool::TagSet& waits, StreamRef stream)
 }
 
 bool MemoryManager::free(uint64_t address, StreamRef stream) {
+  const ServeTimer timer(*this);
   std::unique_lock<std::mutex> lock(mu_);
   const auto it = live_.find(address);
   if (it == live_.end()) return false;
@@ -922,6 +943,8 @@ ManagerStats MemoryManager::stats() const {
   s.restores = r.restores;
   s.bytes_evicted = r.bytes_evicted;
   s.bytes_restored = r.bytes_restored;
+  s.serve_calls = serve_calls_.load();
+  s.serve_ns = serve_ns_.load();
   s.tracked_calls = tracked_calls_.load();
   s.tracked_hits = tracked_hits_.load();
   s.foreign_allocations = foreign_.load();
@@ -935,14 +958,16 @@ std::string MemoryManager::summary() const {
   const ManagerStats s = stats();
   return fmt::format(
       "allocations={} frees={} reused={} fresh={} failed={} evictions={} (started={} cancelled={}) restores={} "
-      "fault_ins={} evicted={} restored={} trimmed={} released={} oom_retries={} room={} in {:.1f} ms host_waits={} "
+      "fault_ins={} evicted={} restored={} trimmed={} released={} served={} in {:.1f} ms ({:.2f} us each) "
+      "oom_retries={} room={} in {:.1f} ms host_waits={} "
       "stream_waits={} fences={} "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={}{} "
       "pinned={} graph_pinned={} ({}) foreign={}{}{}",
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
-      mib(s.released_bytes), s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
+      mib(s.released_bytes), s.serve_calls, s.serve_ns / 1e6, s.serve_calls ? s.serve_ns / 1e3 / s.serve_calls : 0.0,
+      s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
       mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
       s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits,
       tracking() ? "" : " (then untracked: no budget)",

@@ -84,6 +84,8 @@ struct ManagerStats {
   uint64_t room_ns = 0;         // host time spent making room
   uint64_t released_bytes = 0;  // idle memory given back to the device (stale at a synchronisation, or on its OOM)
   uint64_t oom_retries = 0;     // calls retried after vcudnn gave memory back to the device
+  uint64_t serve_calls = 0;     // allocate() and free() calls (bytes 0 aside)
+  uint64_t serve_ns = 0;        // host time inside them
   uint64_t tracked_calls = 0;
   uint64_t tracked_hits = 0;
   uint64_t foreign_allocations = 0;
@@ -283,6 +285,9 @@ class MemoryManager {
   std::unordered_map<const void*, std::vector<uint64_t>> remembered_;
 
   void stop_tracking_if_done();
+  class ServeTimer;
+  std::atomic<uint64_t> serve_calls_{0};
+  std::atomic<uint64_t> serve_ns_{0};
   std::atomic<bool> tracking_{true};
   std::atomic<uint64_t> tracked_calls_{0};
   std::atomic<uint64_t> tracked_hits_{0};

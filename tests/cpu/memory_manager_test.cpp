@@ -937,6 +937,10 @@ TEST_CASE("memory manager: without a budget tracking stops once the recorder is 
   dev.run_all();
   CHECK_MSG_ERRORS(dev);
   CHECK(m.host_waits().total() == 0);
+  // Serving memory is timed for the exit line: two allocations and a free.
+  CHECK(m.stats().serve_calls == 3);
+  CHECK(m.stats().serve_ns > 0);
+  CHECK(m.summary().find("served=3 in ") != std::string::npos);
 }
 
 TEST_CASE("memory manager: tracking goes on under a budget or while the access log is wanted", "[memory]") {
