@@ -66,6 +66,7 @@ void MemoryManager::recycle(Buffer* b) {
   b->pinned.store(false);
   b->state.store(BufferState::kResident);
   b->prefetch_action = -1;
+  b->indexed = false;
   spare_.push_back(b);
 }
 
@@ -150,7 +151,9 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   // Its first accesses may be ones vcudnn cannot see: an eviction fences the stream it was
   // allocated on (the legacy stream for cudaMalloc) whatever else it learns.
   b->streams.store(StreamOrder::bit_of(order_.id_of(stream ? *stream : nullptr)));
-  if (!index_.add(b->address, b->span, reinterpret_cast<uint64_t>(b))) {
+  // Untracked, nothing looks pointers up any more (Note [Tracking without a budget]).
+  b->indexed = tracking();
+  if (b->indexed && !index_.add(b->address, b->span, reinterpret_cast<uint64_t>(b))) {
     // Cannot happen (the arena never hands out overlapping ranges); refuse rather than guess.
     VCUDNN_LOG_ERROR("offload: internal error: buffer at {:#x} overlaps a tracked one", b->address);
     arena_.free(b->address);
@@ -189,7 +192,7 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
   if (it == live_.end()) return false;
   Buffer* b = it->second;
   live_.erase(it);
-  index_.remove(address);
+  if (b->indexed) index_.remove(address);
   live_requested_ -= b->bytes;
   ++counters_.frees;
   if (OpSink* sink = recording_sink()) sink->freed({b->serial, b->address, b->bytes, b->library}, stream);
@@ -601,8 +604,9 @@ bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
 // not while a call holds it), the recorder (the first iteration's calls and their buffers) and the
 // access log (VCUDNN_TRACE). Without a device budget nothing is ever evicted (vcudnnEvictBuffer is
 // refused too), so once the recorder is finished (its iteration taken, timed and written) and the
-// access log is full or not wanted, tracking stops for good: every touch returns at once, and a
-// launch costs its hook a call scope and a layout lookup. The one reader left of the streams a
+// access log is full or not wanted, tracking stops for good: every touch returns at once, a
+// launch costs its hook a call scope and a layout lookup, and new buffers stay out of the pointer
+// index (a map update less per allocation and free). The one reader left of the streams a
 // buffer was used on is cudaFree (no stream): it then orders after every stream vcudnn has seen, as
 // the real cudaFree waits for the whole device. The exit line says when tracking stopped.
 void MemoryManager::stop_tracking_if_done() {

@@ -24,6 +24,7 @@ struct Buffer {
   uint64_t serial = 0;              // allocation sequence number (the access log's buffer id)
   bool large = false;               // whole granules of its own: evictable
   bool library = false;             // allocated by an NVIDIA library: never evicted
+  bool indexed = false;             // in the manager's pointer index (not once tracking stopped)
   std::atomic<bool> pinned{false};  // a library keeps a pointer into it: never evicted
   std::atomic<BufferState> state{BufferState::kResident};
   std::atomic<uint64_t> last_use{0};  // global tick of its latest access

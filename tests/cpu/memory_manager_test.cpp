@@ -941,6 +941,13 @@ TEST_CASE("memory manager: without a budget tracking stops once the recorder is 
   CHECK(m.stats().serve_calls == 3);
   CHECK(m.stats().serve_ns > 0);
   CHECK(m.summary().find("served=3 in ") != std::string::npos);
+  // Buffers allocated since tracking stopped stay out of the pointer index: freed all the same.
+  const auto c = m.allocate(3 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(c);
+  CHECK(m.owns(*c));
+  CHECK(m.free(*c, stream_n(1)));
+  CHECK(m.free(*b, stream_n(1)));
+  CHECK(m.stats().live == 0);
 }
 
 TEST_CASE("memory manager: tracking goes on under a budget or while the access log is wanted", "[memory]") {
