@@ -102,6 +102,11 @@ VmmArena::~VmmArena() {
 // ---------------------------------------------------------------------------------------------
 // Public entry points: lock, catch everything.
 
+uint64_t VmmArena::span_of(uint64_t bytes) const {
+  const uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+  return size < granularity_ || granularity_ == 0 ? size : (size + granularity_ - 1) / granularity_ * granularity_;
+}
+
 std::optional<Allocation> VmmArena::allocate(uint64_t bytes, Lifetime lifetime, TagSet* waits) {
   std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   try {

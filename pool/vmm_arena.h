@@ -141,6 +141,8 @@ class VmmArena {
   // the granules it needs would exceed the budget, no VA fits, or the backend fails. `waits`
   // (when given) receives the tags of the freed memory it reuses. bytes == 0 gives {0, 0}.
   std::optional<Allocation> allocate(uint64_t bytes, Lifetime lifetime, TagSet* waits = nullptr);
+  // The VA bytes allocate(bytes) occupies: 512-byte multiples below a granule, whole granules above.
+  uint64_t span_of(uint64_t bytes) const;
   // The buffer's memory becomes idle (still mapped) and carries `tags`. false for an address
   // allocate() did not return, or one already freed. Frees evicted buffers too.
   bool free(uint64_t address, const TagSet& tags = {});

@@ -42,6 +42,7 @@
 #include "runtime/memory/op_sink.h"
 #include "runtime/memory/replay.h"
 #include "runtime/memory/residency.h"
+#include "runtime/memory/reuse_cache.h"
 #include "runtime/memory/stream_order.h"
 #include "runtime/memory_access.h"
 
@@ -86,6 +87,10 @@ struct ManagerStats {
   uint64_t oom_retries = 0;     // calls retried after vcudnn gave memory back to the device
   uint64_t serve_calls = 0;     // allocate() and free() calls (bytes 0 aside)
   uint64_t serve_ns = 0;        // host time inside them
+  // Reuse without a budget (Note [Reuse without a budget]).
+  uint64_t cache_hits = 0;     // allocations served by a buffer freed on their stream, kept whole
+  uint64_t cache_flushes = 0;  // times every kept buffer went back to the arena (it had to map, trim or give back)
+  uint64_t cached = 0;         // bytes kept now (counted in idle too)
   uint64_t tracked_calls = 0;
   uint64_t tracked_hits = 0;
   uint64_t foreign_allocations = 0;
@@ -232,6 +237,12 @@ class MemoryManager {
   uint64_t restore_all_locked();  // every evicted buffer back and settled; returns how many
   size_t begin_evictions(const std::vector<Buffer*>& victims);  // returns how many started
   void run_due(const std::vector<Replayer::Due>& due);
+  // Note [Reuse without a budget].
+  bool reusing(StreamRef stream) const {
+    return stream && !config_.device_budget && !tracking() && !capturing();
+  }
+  void uncache(Buffer* b, uint32_t stream_id);  // back to the arena, freed after its stream's work so far
+  void flush_cache();
   void pin_for_graph(const pool::HitList& hits);
 
   // The access path. Called without mu_.
@@ -254,6 +265,9 @@ class MemoryManager {
   std::vector<Buffer*> spare_;                  // recycled objects
   std::unordered_map<uint64_t, Buffer*> live_;  // by address
   std::vector<Buffer*> evicting_;               // kEvicting, oldest first
+  ReuseCache cache_;                            // freed buffers kept whole: in live_, marked `cached`
+  uint64_t cache_interval_ = 0;                 // synchronisation intervals that allocated
+  uint64_t allocations_at_sync_ = 0;
   uint64_t evicting_granules_ = 0;
   uint64_t largest_granules_ = 0;   // the largest allocation so far: the room evict_ahead() keeps
   uint64_t live_requested_ = 0;     // requested bytes of live buffers

@@ -37,6 +37,11 @@ struct Buffer {
   pool::FreeTag copied_out;           // the eviction copy's end on the out stream
   std::vector<pool::HostBlock> host;  // where its bytes are while evicting / evicted
   int32_t prefetch_action = -1;       // a planned copy back in flight: its action (replay.h)
+  // Freed and kept whole for reuse on its stream (reuse_cache.h): not live, still the arena's.
+  bool cached = false;
+  uint32_t cached_stream = 0;
+  uint64_t cached_interval = 0;
+  Buffer* next_cached = nullptr;
 };
 
 }  // namespace vcudnn::memory

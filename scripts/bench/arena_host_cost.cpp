@@ -9,6 +9,7 @@
 //
 //   vcudnn_bench_arena_host [--trace NAME] [--trash 0,1M,8M] [--reps 3] [--json PATH]
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -44,6 +45,9 @@ struct Replay {
   double ns_per_call = 0;
   uint64_t calls = 0;
   bool tracking = false;
+  uint64_t peak_mapped = 0;
+  uint64_t kept_hits = 0;  // allocations served by a buffer kept on its stream (untracked only)
+  uint64_t kept_flushes = 0;
 };
 
 Replay replay(const test::AllocTrace& trace, bool track, uint64_t trash_bytes) {
@@ -69,7 +73,11 @@ Replay replay(const test::AllocTrace& trace, bool track, uint64_t trash_bytes) {
     const StreamRef stream = e.stream_ordered ? StreamRef(test::SimDevice::stream(1 + e.stream)) : std::nullopt;
     if (e.allocate) {
       const std::optional<uint64_t> a = m.allocate(e.bytes, stream, Origin::kFramework);
-      if (!a) throw std::runtime_error("allocation " + std::to_string(e.id) + " failed");
+      if (!a) {
+        const ManagerStats f = m.stats();
+        throw std::runtime_error(fmt::format("allocation {} of {} bytes failed: {} MiB mapped, {} MiB idle, {} MiB kept",
+                                             e.id, e.bytes, f.mapped >> 20, f.idle >> 20, f.cached >> 20));
+      }
       address_of[e.id] = *a;
       if (!track && m.tracking()) {  // the first access after the recorder finished stops tracking
         m.set_sink(&finished);
@@ -88,6 +96,9 @@ Replay replay(const test::AllocTrace& trace, bool track, uint64_t trash_bytes) {
   r.calls = s.serve_calls - half_calls;
   r.ns_per_call = r.calls ? double(s.serve_ns - half_ns) / double(r.calls) : 0;
   r.tracking = m.tracking();
+  r.peak_mapped = s.peak_mapped;
+  r.kept_hits = s.cache_hits;
+  r.kept_flushes = s.cache_flushes;
   if (checksum == 42) std::puts("");  // keeps the trash loop
   return r;
 }
@@ -118,7 +129,8 @@ int main(int argc, char** argv) {
     if (trace.events.empty()) throw std::runtime_error("no trace tests/data/alloc_" + name + ".trace");
     nlohmann::json rows = nlohmann::json::array();
     std::printf("%s: %zu events; the second half timed\n", name.c_str(), trace.events.size());
-    std::printf("%-9s %-10s %12s %10s\n", "tracking", "trash", "ns/call", "calls");
+    std::printf("%-9s %-10s %12s %10s %12s %10s %8s\n", "tracking", "trash", "ns/call", "calls", "peak MiB", "kept hits",
+                "flushes");
     for (const bool track : {true, false}) {
       for (const std::string& t : trash_sizes) {
         std::vector<double> ns;
@@ -129,10 +141,12 @@ int main(int argc, char** argv) {
         }
         std::sort(ns.begin(), ns.end());
         const double median = ns[ns.size() / 2];
-        std::printf("%-9s %-10s %12.0f %10lu\n", last.tracking ? "on" : "off", t.c_str(), median,
-                    static_cast<unsigned long>(last.calls));
+        std::printf("%-9s %-10s %12.0f %10lu %12.1f %10lu %8lu\n", last.tracking ? "on" : "off", t.c_str(), median,
+                    static_cast<unsigned long>(last.calls), double(last.peak_mapped) / (1 << 20),
+                    static_cast<unsigned long>(last.kept_hits), static_cast<unsigned long>(last.kept_flushes));
         rows.push_back({{"tracking", last.tracking}, {"trash", t}, {"ns_per_call", median}, {"calls", last.calls},
-                        {"reps_ns", ns}});
+                        {"reps_ns", ns}, {"peak_mapped", last.peak_mapped}, {"kept_hits", last.kept_hits},
+                        {"kept_flushes", last.kept_flushes}});
       }
     }
     if (!json_path.empty()) {

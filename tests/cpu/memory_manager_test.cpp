@@ -562,30 +562,60 @@ TEST_CASE("memory manager: threads allocating, touching, freeing and evicting co
   CHECK(s.live == 0);
 }
 
+namespace {
+// A recorder stand-in: recording until the test says it is finished.
+struct FinishingSink final : OpSink {
+  bool done = false;
+  bool recording() const noexcept override { return !done; }
+  void allocated(const BufferRef&, std::optional<cudaStream_t>) noexcept override {}
+  void freed(const BufferRef&, std::optional<cudaStream_t>) noexcept override {}
+  void used(const char*, std::optional<cudaStream_t>, const BufferUse*, size_t n) noexcept override { uses += n; }
+  bool finished() const noexcept override { return done; }
+  size_t uses = 0;
+};
+}  // namespace
+
 // The recorded PyTorch allocation sequences (tests/data/alloc_*.trace) through the manager: the
 // mapped peak stays within 8% of the live peak in requested bytes and below what cudaMallocAsync's
 // pool reserved in the same runs (which was 8-21% above the live peak), the second half of the run
 // maps nothing new, and without a budget no host wait and no event is needed.
+// Untracked (the recorder finished after the first allocation), small buffers are kept for reuse on
+// their stream (Note [Reuse without a budget]): the same bounds hold, and most small allocations of
+// the second half are served by kept buffers.
 TEST_CASE("memory manager: PyTorch allocation traces replayed without a budget", "[memory][trace]") {
+  for (const bool track : {true, false})
   for (const char* name : {"resnet18", "resnet50", "transformer"}) {
-    INFO(name);
+    INFO(name << (track ? " tracked" : " untracked"));
     const vcudnn::test::AllocTrace trace = vcudnn::test::read_alloc_trace(name);
     REQUIRE(trace.allocations > 2000);
+    Active active;
     SimDevice dev(kG, UINT64_MAX);
     ManagerConfig c = config(std::nullopt);
     c.device_total = 80ull << 30;
     c.reserve_bytes = 4 * c.device_total;
     MemoryManager m(dev, dev, dev, c);
+    FinishingSink finished;
+    finished.done = true;
     std::map<uint64_t, uint64_t> address_of;
-    uint64_t live = 0, live_peak = 0, fresh_half = 0;
+    uint64_t live = 0, live_peak = 0, fresh_half = 0, small_half = 0, hits_half = 0;
     std::map<uint64_t, uint64_t> size_of;
     for (size_t i = 0; i < trace.events.size(); ++i) {
       const auto& e = trace.events[i];
-      if (i == trace.events.size() / 2) fresh_half = m.stats().fresh_bytes;
+      if (i == trace.events.size() / 2) {
+        fresh_half = m.stats().fresh_bytes;
+        hits_half = m.stats().cache_hits;
+      }
       const StreamRef s = e.stream_ordered ? StreamRef(stream_n(1 + e.stream)) : std::nullopt;
       if (e.allocate) {
         const auto a = m.allocate(e.bytes, s, Origin::kFramework);
         REQUIRE(a);
+        if (!track && m.tracking()) {  // the first access after the recorder finished stops tracking
+          m.set_sink(&finished);
+          const CallScope scope;
+          m.touch(&*a, 1, Access::kWrite, s, "kernel");
+          REQUIRE_FALSE(m.tracking());
+        }
+        if (i >= trace.events.size() / 2 && e.bytes < kG - 512 && e.stream_ordered) ++small_half;
         address_of[e.id] = *a;
         size_of[e.id] = e.bytes;
         live += e.bytes;
@@ -606,6 +636,13 @@ TEST_CASE("memory manager: PyTorch allocation traces replayed without a budget",
     CHECK(st.fresh_bytes == fresh_half);
     CHECK(st.host_waits == 0);
     CHECK(st.fences == 0);
+    if (track) {
+      CHECK(st.cache_hits == 0);
+    } else {
+      WARN(name << ": " << st.cache_hits - hits_half << " of " << small_half
+                << " small allocations of the second half served by kept buffers");
+      CHECK(st.cache_hits - hits_half > small_half / 2);
+    }
     CHECK_MSG_ERRORS(dev);
   }
 }
@@ -885,18 +922,6 @@ TEST_CASE("memory manager: a pointer query maps an evicted buffer again, the acc
   CHECK_MSG_ERRORS(dev);
 }
 
-namespace {
-// A recorder stand-in: recording until the test says it is finished.
-struct FinishingSink final : OpSink {
-  bool done = false;
-  bool recording() const noexcept override { return !done; }
-  void allocated(const BufferRef&, std::optional<cudaStream_t>) noexcept override {}
-  void freed(const BufferRef&, std::optional<cudaStream_t>) noexcept override {}
-  void used(const char*, std::optional<cudaStream_t>, const BufferUse*, size_t n) noexcept override { uses += n; }
-  bool finished() const noexcept override { return done; }
-  size_t uses = 0;
-};
-}  // namespace
 
 // Note [Tracking without a budget]: the recorder's iteration taken, nothing reads accesses any more.
 TEST_CASE("memory manager: without a budget tracking stops once the recorder is finished and cudaFree still orders",
@@ -993,4 +1018,120 @@ TEST_CASE("memory manager: memory freed after its stream was destroyed settles",
   CHECK(trimmed == 8 * kMiB);
   CHECK(m.stats().mapped == 0);
   CHECK_MSG_ERRORS(dev);
+}
+
+// Note [Reuse without a budget]: a small buffer freed on a stream, once untracked, goes whole to that
+// stream's next allocation of its span; never to another stream's; back to the arena when memory is
+// trimmed, when its stream is destroyed, or when a synchronisation interval passed without its reuse.
+TEST_CASE("memory manager: without a budget small buffers freed on a stream are kept for its next allocations",
+          "[memory]") {
+  Active active;
+  SimDevice dev(kG, UINT64_MAX);
+  MemoryManager m(dev, dev, dev, config(std::nullopt));
+  Program p{m, dev};
+  FinishingSink sink;
+  m.set_sink(&sink);
+  const auto big = m.allocate(8 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(big);
+  const auto early = m.allocate(100000, stream_n(1), Origin::kFramework);  // freed while tracked
+  REQUIRE(early);
+  REQUIRE(m.free(*early, stream_n(1)));
+  CHECK(m.stats().cached == 0);
+  sink.done = true;
+  REQUIRE(p.write(*big, 8 * kMiB, 1, stream_n(1)));  // tracking stops
+  REQUIRE_FALSE(m.tracking());
+
+  const auto a = m.allocate(100000, stream_n(1), Origin::kFramework);
+  REQUIRE(a);
+  REQUIRE(p.write(*a, 100000, 2, stream_n(1)));
+  REQUIRE(p.check(*a, 100000, 2, stream_n(1)));  // queued, not run: the device lags
+  REQUIRE(m.free(*a, stream_n(1)));
+  CHECK(m.stats().cached == 100352);  // 196 x 512
+  CHECK_FALSE(m.owns(*a));
+  CHECK_FALSE(m.free(*a, stream_n(1)));  // freed already
+  const auto [free_bytes, total] = m.memory_info(0, 80ull << 30);
+  CHECK(free_bytes >= 100352);  // kept memory counts as free, as idle memory does
+  (void)total;
+
+  const auto other = m.allocate(100000, stream_n(2), Origin::kFramework);
+  REQUIRE(other);
+  CHECK(*other != *a);  // another stream's work is not ordered after the free
+  const auto b = m.allocate(99900, stream_n(1), Origin::kFramework);  // the same span
+  REQUIRE(b);
+  CHECK(*b == *a);
+  CHECK(m.owns(*b));
+  CHECK(m.stats().cache_hits == 1);
+  REQUIRE(p.write(*b, 99900, 3, stream_n(1)));  // after the queued check in stream order
+  REQUIRE(p.check(*b, 99900, 3, stream_n(1)));
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+
+  // Large buffers take the arena's path.
+  REQUIRE(m.free(*big, stream_n(1)));
+  CHECK(m.stats().cached == 0);
+
+  // A trim takes every kept buffer back first.
+  REQUIRE(m.free(*b, stream_n(1)));
+  CHECK(m.stats().cached == 100352);
+  m.trim_to(0);
+  CHECK(m.stats().cached == 0);
+  CHECK(m.stats().cache_flushes == 1);
+
+  // A destroyed stream's kept buffers go back at once: its id may be given to another stream.
+  const auto c = m.allocate(4096, stream_n(3), Origin::kFramework);
+  REQUIRE(c);
+  REQUIRE(m.free(*c, stream_n(3)));
+  CHECK(m.stats().cached == 4096);
+  m.stream_destroyed(stream_n(3));
+  CHECK(m.stats().cached == 0);
+
+  // Kept a whole synchronisation interval without reuse: back to the arena at its end.
+  const auto d = m.allocate(8192, stream_n(1), Origin::kFramework);
+  REQUIRE(d);
+  REQUIRE(m.free(*d, stream_n(1)));
+  m.synchronized(m.stream_marks(std::nullopt));  // the interval that kept it ends
+  CHECK(m.stats().cached == 8192);
+  const auto e = m.allocate(16384, stream_n(1), Origin::kFramework);  // the next interval allocates
+  REQUIRE(e);
+  m.synchronized(m.stream_marks(std::nullopt));
+  CHECK(m.stats().cached == 0);
+  REQUIRE(m.free(*e, stream_n(1)));
+  REQUIRE(m.free(*other, stream_n(2)));
+  CHECK(m.stats().live == 0);
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+  CHECK(m.host_waits().total() == 0);
+}
+
+// An allocation the card cannot hold gets the kept buffers back in the arena first.
+TEST_CASE("memory manager: kept buffers go back to the arena when the card is full", "[memory]") {
+  Active active;
+  SimDevice dev(kG, UINT64_MAX);
+  ManagerConfig c = config(std::nullopt);
+  c.device_total = 4 * kG;
+  MemoryManager m(dev, dev, dev, c);
+  Program p{m, dev};
+  FinishingSink sink;
+  sink.done = true;
+  m.set_sink(&sink);
+  std::vector<uint64_t> small;
+  for (int i = 0; i < 4; ++i) {  // one slab each: the card's four granules
+    const auto a = m.allocate(3 * kMiB / 2, stream_n(1), Origin::kFramework);
+    REQUIRE(a);
+    REQUIRE(p.write(*a, 3 * kMiB / 2, 10 + i, stream_n(1)));
+    small.push_back(*a);
+  }
+  REQUIRE_FALSE(m.tracking());
+  for (uint64_t a : small) REQUIRE(m.free(a, stream_n(1)));
+  CHECK(m.stats().cached == 6 * kMiB);
+  const auto big = m.allocate(4 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(big);
+  CHECK(m.stats().cache_flushes == 1);
+  CHECK(m.stats().cached == 0);
+  CHECK(m.stats().failed_allocations == 0);
+  REQUIRE(p.write(*big, 4 * kMiB, 20, stream_n(1)));
+  REQUIRE(p.check(*big, 4 * kMiB, 20, stream_n(1)));
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+  CHECK(m.stats().peak_mapped <= 4 * kG);
 }
