@@ -161,20 +161,12 @@ namespace {
 constexpr uint64_t kBase = 0x9E3779B97F4A7C15ull;  // odd: the rolling hash is a polynomial mod 2^64
 }  // namespace
 
-std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t identity, int64_t live_before,
-                                                         int64_t live_after) {
-  if (level_.empty()) {
-    level_.push_back(live_before);
-    at_level_[live_before].push_back(0);
-  }
-  const size_t n = ids_.size() + 1;  // the boundary after this op
-  seq_.push_back(seq);
-  ids_.push_back(identity);
-  prefix_.push_back(prefix_.back() * kBase + identity);
-  power_.push_back(power_.back() * kBase);
-  level_.push_back(live_after);
-  highest_ = std::max({highest_, live_after, level_.front()});
-  std::vector<size_t>& same = at_level_[live_after];
+std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t identity, int64_t live_before) {
+  // Boundary n is the point just before this op, at the live bytes the frees since the last op left.
+  const size_t n = ids_.size();
+  level_.push_back(live_before);
+  highest_ = std::max(highest_, live_before);
+  std::vector<size_t>& same = at_level_[live_before];
   std::optional<DetectedIteration> found;
   // Middle boundaries m at this level, the latest first (the shortest windows).
   size_t tries = 0;
@@ -182,7 +174,7 @@ std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t 
     const size_t m = *it, p = n - m;
     if (p < kMinOps || m < p) continue;
     const size_t k = m - p;
-    if (level_[k] != live_after) continue;
+    if (level_[k] != live_before) continue;
     const auto window = [&](size_t a) { return prefix_[a + p] - prefix_[a] * power_[p]; };
     if (window(k) != window(m)) continue;
     if (!std::equal(ids_.begin() + static_cast<std::ptrdiff_t>(k), ids_.begin() + static_cast<std::ptrdiff_t>(m),
@@ -190,10 +182,14 @@ std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t 
       continue;
     const int64_t peak = *std::max_element(level_.begin() + static_cast<std::ptrdiff_t>(k),
                                            level_.begin() + static_cast<std::ptrdiff_t>(m + 1));
-    if (peak - live_after < (highest_ - live_after + 1) / 2) continue;  // no turn worth the name
+    if (peak - live_before < (highest_ - live_before + 1) / 2) continue;  // no turn worth the name
     found = DetectedIteration{seq_[k], seq_[m], "auto", 0};
   }
   same.push_back(n);
+  seq_.push_back(seq);
+  ids_.push_back(identity);
+  prefix_.push_back(prefix_.back() * kBase + identity);
+  power_.push_back(power_.back() * kBase);
   return found;
 }
 

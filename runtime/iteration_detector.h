@@ -74,9 +74,10 @@ class IterationDetector {
 
 // Note [Iterations without convolutions]
 // A program without convolutions (a transformer) gives IterationDetector nothing to compare. With
-// memory owned, every allocation, free, launch and library call is recorded too, each with an
-// identity (its kind, API and the sizes of the buffers it allocates, frees or uses) and the live
-// bytes once it has run. An iteration is then the first window of operations that
+// memory owned, every allocation, free, launch and library call is recorded too. Every one but the
+// frees is an operation here, with an identity (its kind, API and the sizes of the buffers it
+// allocates or uses); a boundary is the point just before an operation, at the live bytes the
+// frees since the one before left. An iteration is then the first window of operations that
 //   - the next window of the same length repeats exactly (by identity),
 //   - begins, ends (and so does its repeat) at the same live-bytes level: what an iteration
 //     allocates it frees, except state it keeps for good (an optimizer's, in iteration 1 only),
@@ -84,6 +85,11 @@ class IterationDetector {
 //     far: a training step holds its activations at the turn from forward to backward, where a
 //     repeated layer or an optimizer's per-parameter loop holds almost nothing,
 //   - and has at least kMinOps operations.
+// Frees are no operations because their order is not the program's: tensors a Python reference cycle
+// holds go when the garbage collector runs, at a point that moves from one step to the next. With
+// frees among the operations, the transformer of the [pytorch] tests under a device budget repeated
+// no two steps exactly in eight (H100; its frees came in another order from one step to the next):
+// only the levels at a window's ends see them now.
 // Candidate windows are found in O(1) per operation on average: only boundaries at the current
 // live-bytes level are tried, and windows are compared by rolling hashes, then op by op.
 class OpRepeatDetector {
@@ -92,8 +98,9 @@ class OpRepeatDetector {
   // Boundaries at one level tried per operation, the latest first (a long stretch of operations
   // that allocate nothing would otherwise make each try all of them).
   static constexpr size_t kMaxTries = 256;
-  // One more operation: its call seq, identity and the live bytes before and after it.
-  std::optional<DetectedIteration> on_op(uint64_t seq, uint64_t identity, int64_t live_before, int64_t live_after);
+  // One more operation (no free: Note [Iterations without convolutions]): its call seq, identity and
+  // the live bytes just before it. An iteration found is repeated by the window that ends just before it.
+  std::optional<DetectedIteration> on_op(uint64_t seq, uint64_t identity, int64_t live_before);
   size_t ops_seen() const { return ids_.size(); }
 
  private:
@@ -101,7 +108,7 @@ class OpRepeatDetector {
   std::vector<uint64_t> ids_;        // per op
   std::vector<uint64_t> prefix_{0};  // rolling hash of ops [0, i)
   std::vector<uint64_t> power_{1};   // kBase^i
-  std::vector<int64_t> level_;       // live bytes at boundary i (before op i); level_[n] after the last
+  std::vector<int64_t> level_;       // live bytes at boundary i (just before op i)
   std::unordered_map<int64_t, std::vector<size_t>> at_level_;  // boundaries by level
   int64_t highest_ = INT64_MIN;
 };

@@ -161,7 +161,8 @@ uint64_t identity_of(const TraceCall& c, const std::vector<TraceBuffer>& buffers
 }  // namespace
 
 std::optional<DetectedIteration> Recorder::on_op(const TraceCall& c, int64_t live_before) {
-  auto found = op_detector_.on_op(c.seq, identity_of(c, buffers_), live_before, live_);
+  if (c.kind == CallKind::kFree) return std::nullopt;  // no operation (Note [Iterations without convolutions])
+  auto found = op_detector_.on_op(c.seq, identity_of(c, buffers_), live_before);
   // Convolutions, when there are any, delimit iterations (IterationDetector); so does the program.
   if (!found || detector_.convolutions_seen() > 0 || detector_.explicit_mode()) return std::nullopt;
   VCUDNN_LOG_INFO("iteration found from the operations (no convolutions): calls {}..{}", found->first_seq,

@@ -597,14 +597,19 @@ struct OpProgram {
   int64_t live = 0;
   std::optional<vcudnn::DetectedIteration> found;
   uint64_t found_at = 0;
+  // An operation that allocates `delta` bytes, or uses them and frees -delta bytes right after it.
   void op(uint64_t identity, int64_t delta = 0) {
-    const int64_t before = live;
-    live += delta;
-    auto r = d.on_op(seq, identity, before, live);
+    auto r = d.on_op(seq, identity, live);
     if (r && !found) {
       found = r;
       found_at = seq;
     }
+    ++seq;
+    live += delta;
+    if (delta < 0) ++seq;  // the free's own call: no operation
+  }
+  void free(int64_t bytes) {
+    live -= bytes;
     ++seq;
   }
 };
@@ -658,6 +663,32 @@ TEST_CASE("iteration without convolutions: the step repeats, not a layer nor the
   CHECK(p.found->how == "auto");
 }
 
+// Frees are not the program's order: a tensor kept alive by a reference cycle goes when the garbage
+// collector runs, at another point of each step. The step is found all the same, from its other
+// operations and the levels at its ends.
+TEST_CASE("iteration without convolutions: frees that move from one step to the next", "[iteration][ops]") {
+  OpProgram p;
+  p.op(1, 100 << 20);
+  std::vector<uint64_t> starts;
+  for (int step = 0; step < 5; ++step) {
+    starts.push_back(p.seq);
+    p.op(50, 3 << 20);  // a tensor the collector frees later in the step, at a point that moves
+    for (int layer = 0; layer < 6; ++layer) {
+      p.op(101, 8 << 20);
+      p.op(102);
+      if (layer == step % 6) p.free(3 << 20);
+    }
+    for (int layer = 0; layer < 6; ++layer) {
+      p.op(201);
+      p.op(203, -(8 << 20));
+    }
+  }
+  REQUIRE(p.found);
+  CHECK(p.found->end_seq - p.found->first_seq == starts[2] - starts[1]);
+  CHECK(p.found_at < starts[4]);
+  // With the frees among the operations (as before) no two steps would be alike.
+}
+
 TEST_CASE("iteration without convolutions: a loop that never rises is no iteration", "[iteration][ops]") {
   OpProgram p;
   p.op(1, 100 << 20);
@@ -679,6 +710,8 @@ TEST_CASE("iteration without convolutions: a loop that never rises is no iterati
   CHECK_FALSE(q.found);
   q.op(7, 1 << 20);
   q.op(8, -(1 << 20));
+  CHECK_FALSE(q.found);  // a window ends at a boundary: the one before the next operation
+  q.op(7, 1 << 20);
   CHECK(q.found);
 }
 
