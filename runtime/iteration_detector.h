@@ -76,7 +76,7 @@ class IterationDetector {
 // A program without convolutions (a transformer) gives IterationDetector nothing to compare. With
 // memory owned, every allocation, free, launch and library call is recorded too. Every one but the
 // frees is an operation here, with an identity (its kind, API and the sizes of the buffers it
-// allocates or uses); a boundary is the point just before an operation, at the live bytes the
+// allocates or uses, a kernel launch's aside: identity_of in recorder.cpp); a boundary is the point just before an operation, at the live bytes the
 // frees since the one before left. An iteration is then the first window of operations that
 //   - the next window of the same length repeats exactly (by identity),
 //   - begins, ends (and so does its repeat) at the same live-bytes level: what an iteration

@@ -317,3 +317,51 @@ TEST_CASE("recorder: an iteration without convolutions is found from the operati
   CHECK(l.allocated_bytes == 6 * 4 * kMiB);                // the step's activations
   CHECK(l.peak_bytes == l.existing_bytes + 6 * 4 * kMiB);  // all six held at the turn
 }
+
+// What varies from one step to the next under a device budget (an H100 trace of the transformer):
+// a tensor's free comes at another point, and a launch's parameters hold a word that hits a
+// buffer, another launch in each step (a launch's buffers are found by scanning for pointers). Neither is the
+// program's repeat: the step is still found, whole.
+TEST_CASE("recorder: without convolutions a step is found though frees move and a launch picks up a stray buffer",
+          "[trace][memory][ops]") {
+  using namespace vcudnn::memory;
+  OwnedRecording o;
+  MemoryManager& m = o.m;
+  Recorder& r = o.r;
+  const Stream s = o.s;
+  const auto launch = [&](std::vector<uint64_t> words, const char* api) {
+    CallScope scope;
+    REQUIRE(m.touch(words.data(), words.size(), Access::kUnknown, s, api));
+  };
+  const auto weights = m.allocate(16 * kMiB, s, Origin::kFramework);
+  REQUIRE(weights);
+  std::vector<uint64_t> state;
+  for (int step = 0; step < 6; ++step) {
+    const auto temp = m.allocate(1 * kMiB, s, Origin::kFramework);  // freed by a collector, somewhere
+    REQUIRE(temp);
+    std::vector<uint64_t> acts;
+    for (int layer = 0; layer < 6; ++layer) {
+      acts.push_back(*m.allocate(4 * kMiB, s, Origin::kFramework));
+      launch({*weights}, "cublasSgemm_v2");
+      if (layer == (step * 5) % 6)
+        launch({acts.back(), *weights}, "cudaLaunchKernel");  // a stray word hits the weights
+      else
+        launch({acts.back()}, "cudaLaunchKernel");
+    }
+    for (int layer = 5; layer >= 0; --layer) {
+      launch({acts[static_cast<size_t>(layer)]}, "cudaLaunchKernel");
+      launch({*weights}, "cublasSgemm_v2");
+      REQUIRE(m.free(acts[static_cast<size_t>(layer)], s));
+      if (layer == step % 6) REQUIRE(m.free(*temp, s));
+    }
+    if (step == 0) state.push_back(*m.allocate(16 * kMiB, s, Origin::kFramework));
+    launch({state.front()}, "cudaLaunchKernel");
+  }
+  INFO(r.outcome());
+  const auto t = o.finish();
+  REQUIRE(t.ok());
+  const Trace& trace = t.value();
+  CHECK(trace.complete);
+  CHECK(trace.detected_by == "auto");
+  CHECK(trace.end_seq - trace.first_seq == 1 + 1 + 6 * 3 + 6 * 3 + 1);  // the temporary's two calls, then as above
+}
