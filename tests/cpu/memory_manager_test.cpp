@@ -1135,3 +1135,93 @@ TEST_CASE("memory manager: kept buffers go back to the arena when the card is fu
   CHECK_MSG_ERRORS(dev);
   CHECK(m.stats().peak_mapped <= 4 * kG);
 }
+
+// Note [Reuse without a budget] under threads: four threads, each on its stream, allocate (mostly
+// small buffers, which come back from the kept ones), write, check and free, while one of them
+// trims now and then and another thread ends synchronisation intervals (both take kept buffers
+// back to the arena, whose memory the other streams then reuse after waiting for its free). Every
+// byte read is the one written (handing a kept buffer to another stream fails this).
+TEST_CASE("memory manager: threads reusing kept buffers while others trim and synchronise keep every byte",
+          "[memory][stress]") {
+  Active on;
+  SimDevice dev(kG, UINT64_MAX, 11);
+  MemoryManager m(dev, dev, dev, config(std::nullopt));
+  FinishingSink sink;
+  sink.done = true;
+  m.set_sink(&sink);
+  {
+    Program p{m, dev};
+    const auto first = m.allocate(4096, stream_n(1), Origin::kFramework);
+    REQUIRE(first);
+    REQUIRE(p.write(*first, 4096, 1, stream_n(1)));  // tracking stops
+    REQUIRE(m.free(*first, stream_n(1)));
+  }
+  REQUIRE_FALSE(m.tracking());
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::thread device_thread([&] {
+    while (!stop.load()) {
+      if (dev.run_some(16) == 0) std::this_thread::yield();
+    }
+  });
+  std::thread housekeeping([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      const StreamOrder::Snapshot marks = m.stream_marks(std::nullopt);  // a cudaDeviceSynchronize
+      dev.run_all();
+      m.synchronized(marks);
+      std::this_thread::yield();
+    }
+  });
+  const auto worker = [&](uint32_t t) {
+    std::mt19937 rng(300 + t);
+    const Stream s = stream_n(1 + t);
+    struct Live {
+      uint64_t address, bytes;
+      uint32_t seed;
+    };
+    std::vector<Live> live;
+    uint32_t seed = 1000 * (t + 1);
+    constexpr uint64_t kSizes[] = {512, 4096, 100000, 700 * 1024};
+    for (int step = 0; step < 1000; ++step) {
+      if (t == 0 && step % 100 == 50) m.trim_to(0);  // while the others' buffers are kept
+      const int op = static_cast<int>(rng() % 10);
+      if (live.empty() || (op < 4 && live.size() < 12)) {
+        const uint64_t bytes = rng() % 8 == 0 ? 3 * kMiB : kSizes[rng() % 4];
+        const auto a = m.allocate(bytes, s, Origin::kFramework);
+        if (!a) {
+          ++failures;
+          continue;
+        }
+        dev.write(s, *a, bytes, seed);  // untracked: a launch reports nothing
+        live.push_back({*a, bytes, seed++});
+      } else if (op < 8) {
+        const size_t i = rng() % live.size();
+        dev.check(s, live[i].address, live[i].bytes, live[i].seed);
+        if (!m.free(live[i].address, s)) ++failures;
+        live.erase(live.begin() + static_cast<long>(i));
+      } else {
+        const Live& l = live[rng() % live.size()];
+        dev.check(s, l.address, l.bytes, l.seed);
+      }
+    }
+    for (const Live& l : live) {
+      dev.check(s, l.address, l.bytes, l.seed);
+      m.free(l.address, s);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 4; ++t) threads.emplace_back(worker, t);
+  for (auto& t : threads) t.join();
+  stop.store(true);
+  housekeeping.join();
+  device_thread.join();
+  dev.run_all();
+  const ManagerStats s = m.stats();
+  INFO(m.summary());
+  CHECK(failures.load() == 0);
+  CHECK_MSG_ERRORS(dev);
+  CHECK(s.cache_hits > 300);
+  CHECK(s.cache_flushes > 0);
+  CHECK(s.live == 0);
+  CHECK(s.host_waits == 0);
+}
