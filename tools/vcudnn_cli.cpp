@@ -21,6 +21,7 @@
 #include "planner/lifetimes.h"
 #include "planner/offload_plan.h"
 #include "planner/output_file.h"
+#include "planner/placement.h"
 #include "planner/replay_script.h"
 #include "planner/trace.h"
 #include "pool/budget.h"
@@ -225,6 +226,7 @@ int run_trace(const std::string& path, bool require_complete) {
 struct PlanRequest {
   std::string path, budget, policy = "all", json, plot, timeline;
   bool replay = false;
+  bool placement = false;
   double d2h_gbps = 0, h2d_gbps = 0, both_gbps = 0;  // 0: the trace's, else kAssumedLink
   double call_ms = 0;                                // a call the trace did not time
 };
@@ -366,6 +368,39 @@ int run_plan(PlanRequest q) {
           persistent, mib_text(script->bytes_moved), mib_text(plan->peak_bytes), plan->fits ? "" : " (does NOT fit)");
     }
   }
+  if (q.placement) {  // Note [A static placement]: what a layout planned once would hold and cost
+    OffloadOptions o;
+    o.replayable_only = true;
+    auto placed = plan_placed(t, l, *budget, o, link, q.call_ms);
+    if (!placed) {
+      fmt::print("static placement: {}\n", placed.error().message);
+      if (rc == 0) rc = 3;
+    } else {
+      const Placement& p = placed->placement;
+      const PlanTimeline time = time_plan(t, span_model(t, l, o), placed->plan, link, q.call_ms);
+      fmt::print(
+          "static placement: the vcudnn plan for {} ({:.1f}% of the budget): {} moves, {} each way, step {:.3f} ms; "
+          "a pool of {} for {} buffers (the most of them on the device at once {}), {} outside it at most; {} for the "
+          "budget {}: fits; per iteration {} driver calls ({} blocks), {} mappings made once\n",
+          mib_text(placed->plan_budget),
+          100.0 * static_cast<double>(placed->plan_budget) / static_cast<double>(*budget), placed->plan.moves.size(),
+          mib_text(placed->plan.bytes_moved), time.step_ms, mib_text(p.pool_bytes), p.buffers.size(),
+          mib_text(p.resident_peak), mib_text(p.other_peak), mib_text(p.total()), mib_text(*budget), p.remap_calls,
+          p.blocks, p.first_mappings);
+      out["placement"] = {{"plan_budget", placed->plan_budget},
+                          {"moves", placed->plan.moves.size()},
+                          {"bytes_moved", placed->plan.bytes_moved},
+                          {"step_ms", time.step_ms},
+                          {"pool_bytes", p.pool_bytes},
+                          {"placed_buffers", p.buffers.size()},
+                          {"resident_peak", p.resident_peak},
+                          {"other_peak", p.other_peak},
+                          {"total", p.total()},
+                          {"blocks", p.blocks},
+                          {"remap_calls", p.remap_calls},
+                          {"first_mappings", p.first_mappings}};
+    }
+  }
   if (untimed)
     fmt::print(
         "{} of {} calls have no GPU time in the trace (allocations and frees, calls on no known stream or captured "
@@ -469,6 +504,9 @@ int main(int argc, char** argv) {
   plan->add_flag("--replay", plan_request.replay,
                  "also plan as the runtime does (only buffers a later iteration can name move) and say what it "
                  "would follow");
+  plan->add_flag("--placement", plan_request.placement,
+                 "also lay the iteration's buffers out once for the budget (Note [A static placement]): the plan it "
+                 "needs, the pool, and the driver calls per iteration");
   plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");

@@ -1,0 +1,305 @@
+// Static placement of an iteration's buffers (placement.h, Note [A static placement]).
+#include "planner/placement.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace vcudnn {
+namespace {
+
+using Intervals = std::vector<std::pair<size_t, size_t>>;  // closed, ascending, disjoint
+
+bool overlap(const Intervals& a, const Intervals& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].first <= b[j].second && b[j].first <= a[i].second) return true;
+    if (a[i].second < b[j].second)
+      ++i;
+    else
+      ++j;
+  }
+  return false;
+}
+
+uint64_t length(const Intervals& a) {
+  uint64_t n = 0;
+  for (const auto& [first, last] : a) n += last - first + 1;
+  return n;
+}
+
+// [first, last] less the absent intervals (any order, may touch the ends).
+Intervals less(size_t first, size_t last, Intervals absent) {
+  std::sort(absent.begin(), absent.end());
+  Intervals out;
+  size_t at = first;
+  for (const auto& [a, b] : absent) {
+    if (b < at || a > last) continue;
+    if (a > at) out.push_back({at, a - 1});
+    at = std::max(at, b + 1);
+  }
+  if (at <= last) out.push_back({at, last});
+  return out;
+}
+
+// Where each placed buffer is on the device, before offsets are chosen.
+std::vector<PlacedBuffer> placeable(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
+                                    const std::vector<OffloadMove>& moves, uint64_t granule) {
+  const size_t n = model.seqs.size();
+  std::vector<Intervals> absent(model.lives.size());
+  for (const OffloadMove& mv : moves) {
+    if (mv.life < absent.size() && mv.first_absent() <= mv.last_absent())
+      absent[mv.life].push_back({mv.first_absent(), mv.last_absent()});
+  }
+  const auto large = [&](size_t i) {
+    return model.lives[i].bytes >= granule && !trace.buffers[lifetimes.buffers[i].buffer].library;
+  };
+  // The buffers alive at the start that the iteration frees, by requested size, in order: the
+  // previous instances of those it leaves to the next iteration.
+  std::map<uint64_t, std::deque<size_t>> started;
+  for (size_t i = 0; i < lifetimes.buffers.size(); ++i) {
+    const BufferLife& b = lifetimes.buffers[i];
+    if (large(i) && !b.alloc_seq && b.free_seq) started[trace.buffers[b.buffer].bytes].push_back(i);
+  }
+  std::vector<PlacedBuffer> out;
+  for (size_t i = 0; i < lifetimes.buffers.size(); ++i) {
+    const BufferLife& b = lifetimes.buffers[i];
+    if (!large(i) || !b.alloc_seq || n == 0) continue;
+    const SpanModel::Life& life = model.lives[i];
+    PlacedBuffer p;
+    p.life = i;
+    p.bytes = life.bytes;
+    p.moved = !absent[i].empty();
+    if (b.free_seq) {
+      p.resident = less(life.first, life.last, absent[i]);
+    } else {
+      auto& q = started[trace.buffers[b.buffer].bytes];
+      if (q.empty()) continue;  // nothing it replaces: left to the arena
+      p.partner = q.front();
+      q.pop_front();
+      p.resident = less(0, model.lives[p.partner].last, absent[p.partner]);
+      for (const auto& r : less(life.first, n - 1, absent[i])) p.resident.push_back(r);
+      // The two parts touch when the partner is freed right before this one is allocated.
+      Intervals merged;
+      for (const auto& r : p.resident) {
+        if (!merged.empty() && r.first <= merged.back().second + 1)
+          merged.back().second = std::max(merged.back().second, r.second);
+        else
+          merged.push_back(r);
+      }
+      p.resident = std::move(merged);
+    }
+    if (!p.resident.empty()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Placed bytes on the device at each position.
+std::vector<uint64_t> placed_curve(size_t n, const std::vector<PlacedBuffer>& placed) {
+  std::vector<int64_t> diff(n + 1, 0);
+  for (const PlacedBuffer& p : placed) {
+    for (const auto& [first, last] : p.resident) {
+      diff[first] += static_cast<int64_t>(p.bytes);
+      diff[std::min(last, n - 1) + 1] -= static_cast<int64_t>(p.bytes);
+    }
+  }
+  std::vector<uint64_t> out(n);
+  int64_t run = 0;
+  for (size_t k = 0; k < n; ++k) {
+    run += diff[k];
+    out[k] = static_cast<uint64_t>(std::max<int64_t>(run, 0));
+  }
+  return out;
+}
+
+// The peaks, blocks and driver calls of a layout whose offsets are set.
+void summarise(const SpanModel& model, const std::vector<OffloadMove>& moves, Placement& out) {
+  const size_t n = model.seqs.size();
+  out.pool_bytes = 0;
+  for (const PlacedBuffer& p : out.buffers) out.pool_bytes = std::max(out.pool_bytes, p.offset + p.bytes);
+  const std::vector<uint64_t> placed = placed_curve(n, out.buffers);
+  const std::vector<uint64_t> all = simulate(model, moves);
+  out.resident_peak = placed.empty() ? 0 : *std::max_element(placed.begin(), placed.end());
+  out.other_peak = 0;
+  for (size_t k = 0; k < n; ++k) out.other_peak = std::max(out.other_peak, all[k] > placed[k] ? all[k] - placed[k] : 0);
+  // Blocks: the pool cut at both ends of every moved placed buffer.
+  std::set<uint64_t> cuts{0, out.pool_bytes};
+  for (const PlacedBuffer& p : out.buffers) {
+    if (!p.moved) continue;
+    cuts.insert(p.offset);
+    cuts.insert(p.offset + p.bytes);
+  }
+  out.blocks = out.pool_bytes ? cuts.size() - 1 : 0;
+  const auto pieces = [&](const PlacedBuffer& p) {
+    const auto lo = cuts.upper_bound(p.offset);
+    const auto hi = cuts.lower_bound(p.offset + p.bytes);
+    return static_cast<uint64_t>(std::distance(lo, hi)) + 1;
+  };
+  std::vector<const PlacedBuffer*> by_life(model.lives.size(), nullptr);
+  out.first_mappings = 0;
+  for (const PlacedBuffer& p : out.buffers) {
+    by_life[p.life] = &p;
+    out.first_mappings += pieces(p);
+  }
+  out.remap_calls = 0;
+  for (const OffloadMove& mv : moves) {
+    const PlacedBuffer* p = mv.life < by_life.size() ? by_life[mv.life] : nullptr;
+    // Placed: unmap its pieces when it leaves, map them and set their access when it comes back.
+    // Not placed: the arena's extent, created, mapped and made accessible, then unmapped and released.
+    out.remap_calls += p ? 3 * pieces(*p) : 5;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Offsets for `todo` placed one by one in `order`, each at the best-fitting gap among the offsets
+// of the placed buffers it shares a moment with (the smallest gap that fits), else on top. Returns
+// the pool's size.
+uint64_t lay_out(std::vector<PlacedBuffer>& todo, const std::vector<size_t>& order) {
+  std::vector<size_t> done;
+  std::vector<std::pair<uint64_t, uint64_t>> busy;
+  uint64_t pool = 0;
+  for (size_t k : order) {
+    PlacedBuffer& p = todo[k];
+    busy.clear();
+    for (size_t j : done) {
+      if (overlap(p.resident, todo[j].resident)) busy.push_back({todo[j].offset, todo[j].offset + todo[j].bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    uint64_t at = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
+    for (const auto& [lo, hi] : busy) {
+      if (lo > at && lo - at >= p.bytes && lo - at < best_gap) {
+        best = at;
+        best_gap = lo - at;
+      }
+      at = std::max(at, hi);
+    }
+    p.offset = best != UINT64_MAX ? best : at;
+    pool = std::max(pool, p.offset + p.bytes);
+    done.push_back(k);
+  }
+  return pool;
+}
+
+}  // namespace
+
+Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
+                        const std::vector<OffloadMove>& moves, uint64_t granule) {
+  Placement out;
+  out.granule = granule;
+  std::vector<PlacedBuffer> todo = placeable(trace, lifetimes, model, moves, granule);
+  // Orders tried, the smallest pool kept: bytes x time on the device, bytes, time on the device,
+  // and the first arrival (an online allocator's order), each largest first; ties by life.
+  std::vector<std::vector<uint64_t>> keys(4, std::vector<uint64_t>(todo.size()));
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const uint64_t time = length(todo[k].resident);
+    keys[0][k] = todo[k].bytes * time;
+    keys[1][k] = todo[k].bytes;
+    keys[2][k] = time;
+    keys[3][k] = UINT64_MAX - todo[k].resident.front().first;
+  }
+  std::vector<PlacedBuffer> best;
+  uint64_t best_pool = UINT64_MAX;
+  for (const std::vector<uint64_t>& key : keys) {
+    std::vector<size_t> order(todo.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
+    const uint64_t pool = lay_out(todo, order);
+    if (pool < best_pool) {
+      best_pool = pool;
+      best = todo;
+    }
+  }
+  out.buffers = std::move(best);
+  std::sort(out.buffers.begin(), out.buffers.end(), [](const PlacedBuffer& a, const PlacedBuffer& b) {
+    return std::pair(a.offset, a.life) < std::pair(b.offset, b.life);
+  });
+  summarise(model, moves, out);
+  return out;
+}
+
+std::string check_placement(const SpanModel& model, const std::vector<OffloadMove>& moves, const Placement& placement) {
+  const size_t n = model.seqs.size();
+  std::vector<Intervals> absent(model.lives.size());
+  for (const OffloadMove& mv : moves) {
+    if (mv.life < absent.size() && mv.first_absent() <= mv.last_absent())
+      absent[mv.life].push_back({mv.first_absent(), mv.last_absent()});
+  }
+  std::vector<bool> seen(model.lives.size(), false);
+  for (const PlacedBuffer& p : placement.buffers) {
+    if (p.life >= model.lives.size()) return fmt::format("placed life {} is not in the span", p.life);
+    if (seen[p.life]) return fmt::format("life {} placed twice", p.life);
+    seen[p.life] = true;
+    const SpanModel::Life& life = model.lives[p.life];
+    if (placement.granule == 0 || p.offset % placement.granule || p.bytes % placement.granule)
+      return fmt::format("life {} at {} ({} bytes) is not granule-aligned", p.life, p.offset, p.bytes);
+    if (p.bytes != life.bytes) return fmt::format("life {} placed with {} bytes, has {}", p.life, p.bytes, life.bytes);
+    if (p.offset + p.bytes > placement.pool_bytes) return fmt::format("life {} reaches beyond the pool", p.life);
+    Intervals want;
+    if (p.partner == PlacedBuffer::kNoPartner) {
+      want = less(life.first, life.last, absent[p.life]);
+    } else {
+      if (p.partner >= model.lives.size())
+        return fmt::format("life {}: partner {} is not in the span", p.life, p.partner);
+      if (model.lives[p.partner].bytes != p.bytes)
+        return fmt::format("life {}: partner {} has another size", p.life, p.partner);
+      want = less(0, model.lives[p.partner].last, absent[p.partner]);
+      for (const auto& r : less(life.first, n - 1, absent[p.life])) {
+        if (!want.empty() && r.first <= want.back().second + 1)
+          want.back().second = std::max(want.back().second, r.second);
+        else
+          want.push_back(r);
+      }
+    }
+    if (want != p.resident) return fmt::format("life {}: residency is not its life less its absences", p.life);
+    if (p.moved != !absent[p.life].empty()) return fmt::format("life {}: moved flag wrong", p.life);
+  }
+  for (size_t a = 0; a < placement.buffers.size(); ++a) {
+    const PlacedBuffer& x = placement.buffers[a];
+    for (size_t b = a + 1; b < placement.buffers.size(); ++b) {
+      const PlacedBuffer& y = placement.buffers[b];
+      if (y.offset >= x.offset + x.bytes) break;  // sorted by offset: none after overlaps x
+      if (overlap(x.resident, y.resident))
+        return fmt::format("lives {} and {} share pool bytes while both are on the device", x.life, y.life);
+    }
+  }
+  Placement again = placement;
+  summarise(model, moves, again);
+  if (again.pool_bytes != placement.pool_bytes || again.resident_peak != placement.resident_peak ||
+      again.other_peak != placement.other_peak)
+    return "the stated peaks are not the layout's";
+  if (placement.resident_peak > placement.pool_bytes) return "more placed bytes on the device at once than the pool";
+  return "";
+}
+
+Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget,
+                               const OffloadOptions& options, const LinkModel& link, double default_call_ms) {
+  const SpanModel model = span_model(trace, lifetimes, options);
+  const uint64_t step = std::max<uint64_t>(options.granule, budget / 100);
+  std::optional<PlacedPlan> closest;
+  for (uint64_t target = budget; target >= step; target -= step) {
+    Result<OffloadPlan> plan =
+        plan_offload(trace, lifetimes, target, OffloadPolicy::kVcudnn, options, link, default_call_ms);
+    if (!plan) {
+      if (!closest) return plan.error();
+      break;  // below the least budget: more moves cannot help
+    }
+    schedule_prefetches(trace, model, plan.value(), link, default_call_ms);
+    PlacedPlan placed{std::move(plan.value()), {}, target};
+    placed.placement = place_buffers(trace, lifetimes, model, placed.plan.moves, options.granule);
+    if (placed.placement.total() <= budget) return placed;
+    if (!closest || placed.placement.total() < closest->placement.total()) closest = std::move(placed);
+  }
+  return Error{fmt::format("no static placement fits {:.1f} MiB: the closest needs {:.1f} MiB (a plan for {:.1f} MiB)",
+                           static_cast<double>(budget) / (1 << 20),
+                           static_cast<double>(closest ? closest->placement.total() : 0) / (1 << 20),
+                           static_cast<double>(closest ? closest->plan_budget : 0) / (1 << 20))};
+}
+
+}  // namespace vcudnn
