@@ -383,6 +383,16 @@ uint64_t VmmArena::idle_bytes() const {
   return idle_granules_ * granularity_;
 }
 
+uint64_t VmmArena::budget_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_granules_ * granularity_;
+}
+
+void VmmArena::set_budget(uint64_t physical_budget) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (granularity_) max_granules_ = physical_budget / granularity_;
+}
+
 uint64_t VmmArena::free_chunk_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return free_chunks_.size() * granularity_;

@@ -82,6 +82,10 @@ class PhysicalBackend {
   virtual Handle create_extent(uint64_t granules) = 0;  // 0 on failure
   virtual bool map_extent(uint64_t va, Handle extent, uint64_t granules) = 0;
   virtual bool unmap_extent(uint64_t va, uint64_t granules) = 0;
+  // Maps an extent of `granules` granules, whole, at one more range `va` and makes it accessible:
+  // one allocation may be mapped at several ranges at once, each showing the same bytes
+  // (PlacedPool; the driver does not map part of one). Unmap with unmap_extent(va, granules).
+  virtual bool map_alias(uint64_t va, Handle extent, uint64_t granules) = 0;
   // What the calls above cost so far, for the exit line ("" when not measured).
   virtual std::string costs() const { return ""; }
 };
@@ -178,7 +182,9 @@ class VmmArena {
   uint64_t mapped_bytes() const;
   uint64_t idle_bytes() const;
   uint64_t free_chunk_bytes() const;  // created and unmapped now
-  uint64_t budget_bytes() const { return max_granules_ * granularity_; }
+  uint64_t budget_bytes() const;
+  // A new budget (physical memory the arena may map): the caller makes sure what is mapped fits.
+  void set_budget(uint64_t physical_budget);
 
  private:
   using Handle = PhysicalBackend::Handle;

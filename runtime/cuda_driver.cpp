@@ -200,6 +200,10 @@ bool VmmBackend::map_extent(uint64_t va, Handle extent, uint64_t granules) {
   return map_bytes(va, extent, granules * granularity());
 }
 
+bool VmmBackend::map_alias(uint64_t va, Handle extent, uint64_t granules) {
+  return map_bytes(va, extent, granules * granularity());
+}
+
 bool VmmBackend::unmap(uint64_t va) { return unmap_extent(va, 1); }
 
 bool VmmBackend::unmap_extent(uint64_t va, uint64_t granules) {

@@ -76,6 +76,7 @@ class VmmBackend final : public pool::PhysicalBackend {
   Handle create_extent(uint64_t granules) override;
   bool map_extent(uint64_t va, Handle extent, uint64_t granules) override;
   bool unmap_extent(uint64_t va, uint64_t granules) override;
+  bool map_alias(uint64_t va, Handle extent, uint64_t granules) override;
   // Calls and host time per driver function: "cuMemCreate 12 in 0.3 ms, ...".
   std::string costs() const override;
 

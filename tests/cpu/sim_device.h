@@ -41,8 +41,11 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
 
   // ---- PhysicalBackend
   uint64_t granularity() override { return g_; }
-  bool reserve(uint64_t, uint64_t* base) override {
-    *base = kBase;
+  // The first range at kBase (the arena's), later ones after it (a static placement's).
+  bool reserve(uint64_t bytes, uint64_t* base) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    *base = next_range_;
+    next_range_ += (bytes + g_ - 1) / g_ * g_ + g_;
     return true;
   }
   void unreserve(uint64_t, uint64_t) override {}
@@ -64,9 +67,9 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     ++maps;
     if (mapped_.count(va)) error("double map");
     mapped_[va] = h;
+    ++aliases_[h];
     chunks_[h].clear();  // mapped memory holds garbage until written
-    if (mapped_.size() > limit_) error("budget exceeded: " + std::to_string(mapped_.size()) + " granules mapped");
-    peak_mapped_ = std::max<uint64_t>(peak_mapped_, mapped_.size());
+    check_physical_locked();
     return true;
   }
   bool unmap(uint64_t va) override {
@@ -93,11 +96,11 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     for (uint64_t i = 0; i < granules; ++i) {
       if (mapped_.count(va + i * g_)) error("double map");
       mapped_[va + i * g_] = h + i;
+      ++aliases_[h + i];
       chunks_[h + i].clear();
       extent_of_[va + i * g_] = va;
     }
-    if (mapped_.size() > limit_) error("budget exceeded: " + std::to_string(mapped_.size()) + " granules mapped");
-    peak_mapped_ = std::max<uint64_t>(peak_mapped_, mapped_.size());
+    check_physical_locked();
     return true;
   }
   bool unmap_extent(uint64_t va, uint64_t granules) override {
@@ -112,6 +115,23 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     }
     if (extent_of_.count(va + granules * g_) && extent_of_[va + granules * g_] == va)
       error("unmap_extent of part of an extent");
+    return true;
+  }
+
+  // An extent, whole, at one more range: the same chunks (bytes) as every other range it is mapped
+  // at. The budget counts physical memory: chunks mapped somewhere, each once.
+  bool map_alias(uint64_t va, Handle h, uint64_t granules) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++maps;
+    const auto extent = extents_.find(h);
+    if (extent == extents_.end() || extent->second != granules) error("map_alias of part of an extent");
+    for (uint64_t i = 0; i < granules; ++i) {
+      if (mapped_.count(va + i * g_)) error("double map");
+      mapped_[va + i * g_] = h + i;
+      extent_of_[va + i * g_] = va;
+      ++aliases_[h + i];
+    }
+    check_physical_locked();
     return true;
   }
 
@@ -232,9 +252,10 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     for (const auto& [s, q] : queues_) n += q.size();
     return n;
   }
+  // Physical granules mapped (a chunk mapped at several ranges counts once).
   uint64_t mapped_granules() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return mapped_.size();
+    return aliases_.size();
   }
   uint64_t peak_mapped_granules() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -311,6 +332,10 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
 
   static uintptr_t id(memory::Event e) { return reinterpret_cast<uintptr_t>(e); }
   void error(const std::string& what) { errors.push_back(what); }
+  void check_physical_locked() {
+    if (aliases_.size() > limit_) error("budget exceeded: " + std::to_string(aliases_.size()) + " granules mapped");
+    peak_mapped_ = std::max<uint64_t>(peak_mapped_, aliases_.size());
+  }
   void push(memory::Stream s, Op op) { queues_[s].push_back(op); }
 
   // Runs one operation from a random stream whose head can run. false when none can.
@@ -368,7 +393,13 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
                 ") still touches");
       }
     }
-    if (!mapped_.erase(va)) error("unmap of an unmapped VA");
+    const auto it = mapped_.find(va);
+    if (it == mapped_.end()) {
+      error("unmap of an unmapped VA");
+      return;
+    }
+    if (const auto a = aliases_.find(it->second); a != aliases_.end() && --a->second == 0) aliases_.erase(a);
+    mapped_.erase(it);
   }
 
   bool copy(uint8_t* host, uint64_t va, uint64_t bytes, bool to_host, const char* what) {
@@ -400,9 +431,11 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   Handle next_chunk_ = 1;
   std::map<Handle, std::vector<uint8_t>> chunks_;
   std::map<uint64_t, Handle> mapped_;
+  std::map<Handle, uint64_t> aliases_;      // chunk -> ranges it is mapped at
   std::map<Handle, uint64_t> extents_;      // first chunk -> granules
   std::map<uint64_t, uint64_t> extent_of_;  // mapped va -> its extent's first va
   uint64_t peak_mapped_ = 0;
+  uint64_t next_range_ = kBase;
   std::vector<std::unique_ptr<uint8_t[]>> host_;
   uintptr_t next_event_ = 1;
   std::map<uintptr_t, EventRec> events_;

@@ -108,6 +108,10 @@ class FakePhysical final : public PhysicalBackend {
     if (mapped.size() > limit_) error("more granules mapped than the limit");
     return true;
   }
+  bool map_alias(uint64_t, Handle, uint64_t) override {
+    error("the arena maps no extent twice");
+    return false;
+  }
   bool unmap_extent(uint64_t va, uint64_t granules) override {
     const auto e = extent_of.find(va);
     if (e == extent_of.end() || e->second.first != va || e->second.second != granules) {

@@ -1,0 +1,140 @@
+// PlacedPool: the physical memory of a static placement (planner/placement.h, Note [A static
+// placement]) and the virtual ranges that show it. The pool is blocks of physical memory (one
+// allocation handle each, created when first needed), laid end to end in pool offsets; each placed
+// allocation of the iteration (a slot, by its index among the iteration's allocations) has a
+// virtual range of its own, mapped onto its part of the pool the first time it is served and left
+// mapped. The driver maps whole allocations only (CUDA 13 refuses cuMemMap's offset: scripts/bench/
+// vmm_map.cpp), so a slot's range shows every block its granules lie in, whole, and the buffer's
+// address is where its first granule falls in that window; blocks are cut at the ends of every
+// moved buffer, so that a moved buffer's range is its own blocks exactly. Two slots that share pool bytes are never
+// meant to hold live bytes at once; the pool checks it at run time: every pool granule has an owner (the buffer whose
+// bytes it holds now) and the tags of whoever gave it back last, so that a slot whose bytes are still another buffer's
+// is refused (the runtime then serves the allocation elsewhere) and a new owner is ordered after the last one's work.
+//
+// A moved buffer's range is unmapped when its copy out has finished (evict) and mapped again when it
+// comes back (restore), onto the same pool bytes if no one holds them, else onto a fresh extent of
+// its own ("detached", released once the buffer is freed and its work settled). A buffer that is
+// being copied out may hand its pool bytes over before the copy ends: the new owner's stream waits
+// for the copy (the caller adds that wait).
+//
+// Knows nothing of CUDA (PhysicalBackend, as VmmArena) nor of streams (tags are opaque, `settled`
+// says which are done). Not thread-safe: the memory manager's lock guards it. No exception leaves
+// a public function.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "pool/free_tags.h"
+#include "pool/vmm_arena.h"
+
+namespace vcudnn::pool {
+
+class PlacedPool {
+ public:
+  struct Slot {
+    uint64_t offset = 0;    // first pool granule
+    uint64_t granules = 0;  // 0: this allocation is not placed
+  };
+  // `cuts`: block boundaries in pool granules, ascending, from 0 to the pool's granules.
+  // `slots`: by allocation index. ok() is false when the arguments are inconsistent or the
+  // virtual range cannot be reserved.
+  PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vector<uint64_t> cuts, std::vector<Slot> slots);
+  ~PlacedPool();  // unmaps every range, releases every block and extent, gives the range back
+  PlacedPool(const PlacedPool&) = delete;
+  PlacedPool& operator=(const PlacedPool&) = delete;
+
+  bool ok() const { return reserved_ != 0; }
+  size_t slots() const { return slots_.size(); }
+  bool placed(uint32_t slot) const { return slot < slots_.size() && slots_[slot].granules > 0; }
+  uint64_t address(uint32_t slot) const { return slots_[slot].va; }
+  uint64_t span(uint32_t slot) const { return slots_[slot].granules * g_; }
+  // The slot whose buffer address is `address`, or -1.
+  int64_t slot_at(uint64_t address) const;
+  // Physical memory the pool holds: blocks created and detached extents.
+  uint64_t held_bytes() const { return held_granules_ * g_; }
+  // Blocks the slot needs that are not created yet, in bytes: room the caller makes first.
+  uint64_t missing_bytes(uint32_t slot) const;
+
+  enum class Result { kOk, kBusy, kFailed };
+  // The slot for a new buffer `owner`. kBusy (nothing changes) when its range is in use or detached,
+  // or a pool granule of it is held by a buffer `may_hand_over` refuses; kFailed when a block could
+  // not be created or the range not mapped (nothing held). On kOk: the granules are `owner`'s,
+  // `waits` gets the tags of those who gave them back, `handed_over` the buffers whose granules it
+  // took (the caller orders the owner after their copies out).
+  Result take(uint32_t slot, const void* owner, TagSet* waits, const std::function<bool(const void*)>& may_hand_over,
+              std::vector<const void*>* handed_over);
+  // The buffer in the slot is freed with `tags`: its granules (those still its) are free carrying
+  // them; a detached extent goes once they are settled (reap).
+  void release(uint32_t slot, const void* owner, const TagSet& tags);
+  // Its copy out has finished: the range is unmapped, its granules (if still its) free with `tags`.
+  // false when an unmap failed (the range stays as it was).
+  bool evict(uint32_t slot, const void* owner, const TagSet& tags);
+  // Maps an evicted slot's range onto its pool bytes again: kBusy when another buffer holds some
+  // (nothing changes), else `waits` gets the tags of those who gave them back.
+  Result restore(uint32_t slot, const void* owner, TagSet* waits);
+  // The buffers holding pool bytes of the slot now, other than `owner`.
+  std::vector<const void*> holders(uint32_t slot, const void* owner) const;
+  // Maps an evicted slot's range onto a fresh extent of its own (the caller made room).
+  bool restore_detached(uint32_t slot);
+  bool is_mapped(uint32_t slot) const { return slot < slots_.size() && (slots_[slot].mapped || slots_[slot].detached); }
+  // Releases the detached extents of freed slots whose tags `settled` accepts; returns the bytes.
+  uint64_t reap(const std::function<bool(const FreeTag&)>& settled);
+  // Gives physical memory back: blocks no buffer holds a granule of, whose tags `settled` accepts,
+  // once the ranges showing them are unmapped (only ranges of freed slots whose work is settled);
+  // until about `want` bytes. Returns the bytes released. A slot needing a released block later
+  // creates it again.
+  uint64_t shrink(uint64_t want, const std::function<bool(const FreeTag&)>& settled);
+  // No slot holds a buffer and every tag is settled: the pool may go (a script replaced it).
+  bool drained(const std::function<bool(const FreeTag&)>& settled);
+
+  struct Stats {
+    uint64_t blocks_created = 0;
+    uint64_t mappings = 0;  // ranges (pieces) mapped, ever
+    uint64_t unmappings = 0;
+    uint64_t detached = 0;  // restores onto an extent of their own
+    uint64_t handovers = 0;
+    uint64_t busy = 0;  // take() or restore() refused
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  using Handle = PhysicalBackend::Handle;
+  struct Block {
+    uint64_t first = 0, count = 0;  // pool granules
+    Handle handle = 0;              // 0: not created
+  };
+  struct SlotState {
+    uint64_t va = 0;            // the buffer's address
+    uint64_t base = 0;          // its range: the whole blocks its granules lie in
+    uint64_t window_first = 0;  // the first of those blocks' first pool granule
+    uint64_t offset = 0, granules = 0;
+    bool mapped = false;  // onto the pool
+    Handle detached = 0;  // onto an extent of its own
+    const void* owner = nullptr;
+    TagSet freed;  // the last release's tags (a detached extent goes once they settle)
+    bool release_pending = false;
+  };
+  // The pieces of a slot's range: each whole block its granules lie in, at its place in the range.
+  template <typename F>
+  bool each_piece(const SlotState& s, F&& f) const;
+  bool map_slot(SlotState& s);    // all pieces or none
+  bool unmap_slot(SlotState& s);  // false on the first failure
+  bool create_blocks(const SlotState& s);
+
+  PhysicalBackend& backend_;
+  uint64_t g_ = 0;
+  uint64_t base_ = 0, reserved_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<SlotState> slots_;
+  std::unordered_map<uint64_t, uint32_t> slot_of_va_;
+  std::vector<const void*> owner_;  // per pool granule
+  std::vector<TagSet> tags_;        // per pool granule: whoever gave it back last
+  std::vector<uint32_t> pending_;   // slots whose detached extent goes once settled
+  uint64_t held_granules_ = 0;
+  Stats stats_;
+};
+
+}  // namespace vcudnn::pool

@@ -1,0 +1,145 @@
+// PlacedPool (pool/placed_pool.h) on the simulated device: slots that share pool bytes show the same
+// bytes through their own ranges, a slot is refused while another buffer holds its bytes, evicted
+// slots come back onto their bytes or onto an extent of their own, and a steady loop maps nothing.
+#include "pool/placed_pool.h"
+
+#include <catch2/catch.hpp>
+
+#include "tests/cpu/sim_device.h"
+
+using namespace vcudnn;
+using pool::PlacedPool;
+
+namespace {
+
+constexpr uint64_t kG = 4096;  // the simulated granule
+const memory::Stream kS = test::SimDevice::stream(1);
+
+bool never(const void*) { return false; }
+
+// Pool of 6 granules, blocks [0,2) [2,6); slot 0 at 0..4 (its range shows both blocks, its address
+// the first), slot 1 at 0..2, slot 2 at 4..6 (its range shows block [2,6), its address 2 granules in).
+PlacedPool make(test::SimDevice& dev) { return PlacedPool(dev, kG, {0, 2, 6}, {{0, 4}, {0, 2}, {4, 2}, {0, 0}}); }
+
+}  // namespace
+
+TEST_CASE("placed pool: slots sharing pool bytes show the same bytes, each through its own range", "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  PlacedPool p = make(dev);
+  REQUIRE(p.ok());
+  CHECK_FALSE(p.placed(3));
+  CHECK(p.missing_bytes(0) == 6 * kG);  // both blocks
+  int a = 0, b = 0;
+  pool::TagSet waits;
+  std::vector<const void*> over;
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  CHECK(p.held_bytes() == 6 * kG);
+  CHECK(p.missing_bytes(2) == 0);
+  CHECK(waits.empty());
+  CHECK(p.slot_at(p.address(0)) == 0);
+  CHECK(p.slot_at(p.address(2)) == 2);
+  CHECK(p.address(2) % kG == 0);
+  CHECK(p.slot_at(p.address(0) + kG) == -1);
+  // Its range shows both blocks whole (the driver maps whole allocations only).
+  CHECK(dev.mapped_granules() == 6);
+  CHECK(p.stats().mappings == 2);
+  // Slot 1 shares slot 0's first two granules: refused while `a` holds them.
+  CHECK(p.take(1, &b, &waits, never, &over) == PlacedPool::Result::kBusy);
+  CHECK(p.stats().busy == 1);
+  // Slot 2 shares nothing with slot 0.
+  int c = 0;
+  REQUIRE(p.take(2, &c, &waits, never, &over) == PlacedPool::Result::kOk);
+  dev.write(kS, p.address(0), 2 * kG, 7);
+  p.release(0, &a, [] {
+    pool::TagSet t;
+    t.add({3, 11});
+    return t;
+  }());
+  waits.clear();
+  REQUIRE(p.take(1, &b, &waits, never, &over) == PlacedPool::Result::kOk);
+  REQUIRE(waits.tags().size() == 1);  // ordered after `a`'s free
+  CHECK(waits.tags()[0] == pool::FreeTag{3, 11});
+  // The same physical granules through both ranges: what was written through slot 0 is there.
+  dev.check(kS, p.address(1), 2 * kG, 7);
+  dev.write(kS, p.address(1), kG, 9);
+  dev.check(kS, p.address(0), kG, 9);
+  dev.run_all();
+  INFO(dev.first_errors());
+  CHECK(dev.errors.empty());
+  CHECK(dev.mapped_granules() == 6);  // physical: slot 1's range maps granules slot 0's does too
+}
+
+TEST_CASE(
+    "placed pool: a buffer being copied out hands its bytes over, and an evicted slot comes back onto its "
+    "bytes or onto an extent of its own",
+    "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  PlacedPool p = make(dev);
+  int a = 0, b = 0;
+  pool::TagSet waits;
+  std::vector<const void*> over;
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  dev.write(kS, p.address(0), 4 * kG, 5);
+  // `a` is being copied out: the caller lets `b` take its bytes.
+  REQUIRE(p.take(
+              1, &b, &waits, [&](const void* o) { return o == &a; }, &over) == PlacedPool::Result::kOk);
+  REQUIRE(over.size() == 1);
+  CHECK(over[0] == &a);
+  dev.run_all();
+  // The copy out has finished: `a`'s range goes; the granules `b` took stay `b`'s.
+  pool::TagSet out;
+  out.add({4, 1});
+  REQUIRE(p.evict(0, &a, out));
+  CHECK_FALSE(p.is_mapped(0));
+  const uint64_t mappings = p.stats().mappings;
+  // Back while `b` holds part of its bytes: refused, then onto an extent of its own.
+  CHECK(p.restore(0, &a, &waits) == PlacedPool::Result::kBusy);
+  REQUIRE(p.restore_detached(0));
+  CHECK(p.is_mapped(0));
+  CHECK(p.held_bytes() == 10 * kG);
+  CHECK(p.stats().detached == 1);
+  // Freed: the extent goes once its work is settled.
+  pool::TagSet freed;
+  freed.add({1, 20});
+  p.release(0, &a, freed);
+  CHECK(p.reap([](const pool::FreeTag&) { return false; }) == 0);
+  CHECK(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kBusy);  // until then
+  CHECK(p.reap([](const pool::FreeTag&) { return true; }) == 4 * kG);
+  CHECK(p.held_bytes() == 6 * kG);
+  // `b` freed: slot 0 takes its pool bytes again, mapping its range anew (the detached one went).
+  p.release(1, &b, freed);
+  waits.clear();
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  CHECK(p.stats().mappings == mappings + 1 + 2);  // the extent, then the two pieces
+  // Evicted and back onto its own bytes when no one holds them: ordered after its copy out.
+  REQUIRE(p.evict(0, &a, out));
+  waits.clear();
+  REQUIRE(p.restore(0, &a, &waits) == PlacedPool::Result::kOk);
+  CHECK(p.is_mapped(0));
+  REQUIRE_FALSE(waits.empty());
+  dev.run_all();
+  INFO(dev.first_errors());
+  CHECK(dev.errors.empty());
+}
+
+TEST_CASE("placed pool: a steady loop of the same slots maps nothing after the first round", "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  PlacedPool p = make(dev);
+  int a = 0, b = 0, c = 0;
+  uint64_t after_first = 0;
+  for (int round = 0; round < 5; ++round) {
+    pool::TagSet waits, tags;
+    tags.add({1, static_cast<uint64_t>(round + 1)});
+    std::vector<const void*> over;
+    REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+    REQUIRE(p.take(2, &c, &waits, never, &over) == PlacedPool::Result::kOk);
+    p.release(0, &a, tags);
+    REQUIRE(p.take(1, &b, &waits, never, &over) == PlacedPool::Result::kOk);
+    p.release(1, &b, tags);
+    p.release(2, &c, tags);
+    if (round == 0) after_first = dev.maps;
+  }
+  CHECK(dev.maps == after_first);
+  CHECK(p.stats().blocks_created == 2);
+  CHECK(p.stats().unmappings == 0);
+}
