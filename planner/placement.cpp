@@ -134,6 +134,7 @@ void summarise(const SpanModel& model, const std::vector<OffloadMove>& moves, Pl
     cuts.insert(p.offset + p.bytes);
   }
   out.blocks = out.pool_bytes ? cuts.size() - 1 : 0;
+  out.cuts.assign(cuts.begin(), cuts.end());
   const auto pieces = [&](const PlacedBuffer& p) {
     const auto lo = cuts.upper_bound(p.offset);
     const auto hi = cuts.lower_bound(p.offset + p.bytes);

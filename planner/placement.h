@@ -77,6 +77,7 @@ struct Placement {
   // that each move maps whole blocks); a moved buffer outside the pool (alive through the
   // iteration) as the arena does today, one extent each way.
   uint64_t blocks = 0;
+  std::vector<uint64_t> cuts;  // the blocks' boundaries in bytes, from 0 to pool_bytes
   uint64_t remap_calls = 0;
   // Mappings made once, when each placed allocation is first served.
   uint64_t first_mappings = 0;

@@ -120,4 +120,48 @@ Result<ReplayScript> replay_script(const Trace& trace, const Lifetimes& lifetime
   return s;
 }
 
+Status place_script(ReplayScript& script, const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
+                    const Placement& placement) {
+  const uint64_t g = placement.granule;
+  if (g == 0 || placement.cuts.size() < 2) return Error{"placement: no pool"};
+  // Allocation indexes as replay_script() counts them: the span's allocations of a known buffer.
+  std::unordered_map<uint64_t, const TraceCall*> by_seq;
+  for (const TraceCall& c : trace.calls) by_seq.emplace(c.seq, &c);
+  std::unordered_map<uint64_t, uint32_t> alloc_index;
+  uint32_t allocs = 0;
+  for (uint64_t seq : model.seqs) {
+    const auto it = by_seq.find(seq);
+    if (it == by_seq.end()) continue;
+    const TraceCall& c = *it->second;
+    if (c.kind == CallKind::kAlloc && c.buffer >= 0 && static_cast<size_t>(c.buffer) < trace.buffers.size())
+      alloc_index.emplace(c.seq, allocs++);
+  }
+  ReplayPlacement out;
+  out.granule = g;
+  for (uint64_t cut : placement.cuts) {
+    if (cut % g) return Error{"placement: a block boundary is not granule-aligned"};
+    out.cuts.push_back(cut / g);
+  }
+  out.slots.assign(allocs, {});
+  for (const PlacedBuffer& p : placement.buffers) {
+    const BufferLife& life = lifetimes.buffers.at(p.life);
+    const auto index = life.alloc_seq ? alloc_index.find(*life.alloc_seq) : alloc_index.end();
+    if (index == alloc_index.end())
+      return Error{
+          fmt::format("placement: buffer {} is not allocated by the iteration", trace.buffers.at(life.buffer).id)};
+    if (p.offset % g || p.bytes % g) return Error{"placement: a buffer is not granule-aligned"};
+    out.slots[index->second] = {p.offset / g, p.bytes / g};
+  }
+  // A placed buffer's copy back may not move earlier than planned (late prefetches do, Replayer::late):
+  // the buffers placed in its absence may still hold its pool bytes before then.
+  for (ReplayAction& a : script.actions) {
+    const ReplayTarget& t = script.targets.at(a.target);
+    if (a.kind == ReplayAction::kPrefetch && !t.persistent && t.alloc_index < out.slots.size() &&
+        out.slots[t.alloc_index].granules)
+      a.earliest = a.event;
+  }
+  script.placement = std::move(out);
+  return ok_status();
+}
+
 }  // namespace vcudnn

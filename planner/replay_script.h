@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "planner/offload_plan.h"
+#include "planner/placement.h"
 
 namespace vcudnn {
 
@@ -64,6 +65,19 @@ struct ReplayUses {
   std::vector<uint32_t> events;  // ascending
 };
 
+// A static placement to follow (Note [A static placement]), in granules: the pool's blocks and,
+// by allocation index, the pool granules each allocation of the iteration takes.
+struct ReplaySlot {
+  uint64_t offset = 0;
+  uint64_t granules = 0;  // 0: not placed
+};
+struct ReplayPlacement {
+  uint64_t granule = 0;
+  std::vector<uint64_t> cuts;     // block boundaries, from 0 to the pool's granules; empty: no placement
+  std::vector<ReplaySlot> slots;  // by allocation index
+  uint64_t pool_granules() const { return cuts.empty() ? 0 : cuts.back(); }
+};
+
 struct ReplayScript {
   uint32_t events = 0;  // memory events per iteration
   std::vector<ReplayStep> steps;
@@ -73,6 +87,7 @@ struct ReplayScript {
   std::vector<ReplayTarget> targets;
   std::vector<ReplayAction> actions;  // by event, offloads before prefetches at one event
   uint64_t bytes_moved = 0;           // per iteration, each way
+  ReplayPlacement placement;
 };
 
 // Whether the trace call at a position is a memory event the runtime sees.
@@ -82,5 +97,10 @@ bool is_memory_event(const TraceCall& call);
 // error (plan with OffloadOptions::replayable_only).
 Result<ReplayScript> replay_script(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
                                    const OffloadPlan& plan);
+
+// The script follows `placement` too (made for the same plan's moves). An error when a placed buffer
+// is not one the script's iteration allocates.
+Status place_script(ReplayScript& script, const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
+                    const Placement& placement);
 
 }  // namespace vcudnn

@@ -62,10 +62,11 @@ RecorderConfig recorder_config(const Options& o) {
   RecorderConfig c;
   c.trace_path = o.get(kTrace);
   if (features_of(o.policy).own_memory) {
-    c.on_iteration = [policy = o.get(kOffloadPolicy)](const Trace& trace) {
+    c.on_iteration = [policy = o.get(kOffloadPolicy),
+                      placement = o.get(kOffloadPlacement) == "static"](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;
-      const std::string what = replay_recorded_iteration(trace, *m, policy);
+      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, placement);
       if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);
     };
   }

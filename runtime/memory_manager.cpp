@@ -49,6 +49,12 @@ MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend&
 
 MemoryManager::~MemoryManager() = default;
 
+void MemoryManager::reset_peak() {
+  arena_.reset_peak();
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_physical_ = placed_ || !retired_.empty() ? arena_.mapped_bytes() + pool_held() : 0;
+}
+
 Buffer* MemoryManager::new_buffer() {
   if (!spare_.empty()) {
     Buffer* b = spare_.back();
@@ -71,6 +77,8 @@ void MemoryManager::recycle(Buffer* b) {
   b->indexed = false;
   b->cached = false;
   b->next_cached = nullptr;
+  b->placed_pool = nullptr;
+  b->handed_over = false;
   spare_.push_back(b);
 }
 
@@ -124,6 +132,12 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
     replay->on_alloc(bytes, due);
     run_due(due);
     judge_iteration();
+    if (placed_) {
+      if (const int64_t slot = replay->pending_allocation(); slot >= 0) {
+        if (const auto address = allocate_placed(static_cast<uint32_t>(slot), bytes, stream, origin, replay))
+          return address;
+      }
+    }
   }
   if (const uint64_t span = arena_.span_of(bytes); span < arena_.granularity() && reusing(stream)) {
     const uint32_t id = order_.id_of(*stream);
@@ -191,6 +205,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   ++counters_.allocations;
   if (a->fresh == 0) ++counters_.reused;
   counters_.fresh_bytes += a->fresh * arena_.granularity();
+  if (a->fresh && placed_) note_physical();
   if (OpSink* sink = recording_sink()) sink->allocated({b->serial, b->address, b->bytes, b->library}, stream);
   if (replay) replay->bind(b);
   evict_ahead();
@@ -275,7 +290,10 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
     case BufferState::kResident:
       break;
   }
-  arena_.free(address, tags);
+  if (b->placed_pool)
+    b->placed_pool->release(b->placed_slot, b, tags);
+  else
+    arena_.free(address, tags);
   recycle(b);
   return true;
 }
@@ -396,7 +414,7 @@ bool MemoryManager::with_room(uint64_t need, Attempt&& attempt) {
   } timer{t0, counters_.room_ns};
   ++counters_.room_calls;
   for (int round = 0; round < kMaxRoomRounds; ++round) {
-    if (reap() > 0 || trim(need) > 0) {
+    if (reap() > 0 || trim(need) > 0 || shrink_pools(need) > 0) {
       if (attempt()) return true;
       continue;
     }
@@ -413,6 +431,7 @@ bool MemoryManager::with_room(uint64_t need, Attempt&& attempt) {
 
 // Evictions whose copies have finished are unmapped. Returns how many.
 uint64_t MemoryManager::reap() {
+  if (placed_ || !retired_.empty()) reap_pools();
   uint64_t n = 0;
   for (size_t i = 0; i < evicting_.size();) {
     Buffer* b = evicting_[i];
@@ -460,8 +479,24 @@ bool MemoryManager::wait_for_idle() {
 // Replay of an offload plan (Note [Replaying an offload plan])
 
 void MemoryManager::install_replay(ReplayScript script) {
+  // Note [A static placement]: the pool reserves its ranges now; its memory comes as slots need it.
+  std::unique_ptr<pool::PlacedPool> pool;
+  const ReplayPlacement& placement = script.placement;
+  if (config_.device_budget && !placement.cuts.empty() && placement.granule == arena_.granularity()) {
+    std::vector<pool::PlacedPool::Slot> slots;
+    slots.reserve(placement.slots.size());
+    for (const ReplaySlot& slot : placement.slots) slots.push_back({slot.offset, slot.granules});
+    pool = std::make_unique<pool::PlacedPool>(physical_, arena_.granularity(), placement.cuts, std::move(slots));
+    if (!pool->ok()) {
+      VCUDNN_LOG_WARN(
+          "offload: the static placement's address range could not be reserved; the arena serves every buffer");
+      pool.reset();
+    }
+  }
   auto replay = std::make_unique<Replayer>(std::move(script));
   std::lock_guard<std::mutex> lock(mu_);
+  if (placed_) retired_.push_back(std::move(placed_));  // its buffers live on; it goes once drained
+  placed_ = std::move(pool);
   if (installs_++ > 0) ++counters_.replans;
   judged_iterations_ = 0;
   replan_wanted_.store(0, std::memory_order_relaxed);
@@ -551,8 +586,9 @@ bool MemoryManager::start_evictions(uint64_t granules) {
   const uint64_t g = arena_.granularity();
   std::vector<EvictionCandidate> candidates;
   for (const auto& [addr, b] : live_) {
+    // A placed buffer's memory is the pool's: evicting it makes no room in the arena.
     if (b->large && !b->library && !b->pinned.load() && b->state.load() == BufferState::kResident &&
-        b->in_use.load() == 0)
+        b->in_use.load() == 0 && !b->placed_pool)
       candidates.push_back({b, b->last_use.load(), b->span});
   }
   // A little more than asked: fewer rounds.
@@ -610,17 +646,196 @@ RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, bool fa
     case BufferState::kResident:
       return RestoreResult::kNotEvicted;
     case BufferState::kEvicting:
+      if (b->handed_over) {  // its pool bytes hold a later buffer now: the copy out must end first
+        host_waits_.add(HostWait::k_eviction);
+        order_.wait_host(b->copied_out);
+        reap();
+        if (b->state.load() != BufferState::kEvicted) return RestoreResult::kFailed;
+        break;
+      }
       stop_evicting(b);
       residency_.cancel_eviction(b);
       return RestoreResult::kOk;
     case BufferState::kEvicted:
       break;
   }
+  if (b->placed_pool) return restore_placed(b, stream, fault);
   const auto attempt = [&] { return residency_.restore(b, stream ? std::optional<Stream>(*stream) : std::nullopt); };
   if (!with_room(b->span / arena_.granularity(), attempt)) return RestoreResult::kNoRoom;
   evicted_requested_ -= b->bytes;
   if (fault) ++counters_.fault_ins;
+  if (placed_) note_physical();
   evict_ahead();
+  return RestoreResult::kOk;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A static placement (Note [A static placement] in planner/placement.h)
+
+uint64_t MemoryManager::pool_held() const {
+  uint64_t n = placed_ ? placed_->held_bytes() : 0;
+  for (const auto& p : retired_) n += p->held_bytes();
+  return n;
+}
+
+void MemoryManager::sync_budgets() {
+  if (!config_.device_budget) return;
+  const uint64_t held = pool_held();
+  arena_.set_budget(*config_.device_budget > held ? *config_.device_budget - held : 0);
+}
+
+bool MemoryManager::physical_fits(uint64_t bytes) {
+  const uint64_t budget = config_.device_budget.value_or(0);
+  if (arena_.mapped_bytes() + arena_.free_chunk_bytes() + pool_held() + bytes <= budget) return true;
+  if (arena_.free_chunk_bytes() == 0) return false;
+  arena_.release_free_chunks();
+  return arena_.mapped_bytes() + pool_held() + bytes <= budget;
+}
+
+bool MemoryManager::make_physical_room(uint64_t bytes) {
+  return with_room(granules_for(bytes), [&] { return physical_fits(bytes); });
+}
+
+uint64_t MemoryManager::shrink_pools(uint64_t granules) {
+  if (!placed_ && retired_.empty()) return 0;
+  const uint64_t g = arena_.granularity();
+  const auto settled = [this](const pool::FreeTag& t) { return order_.settled(t); };
+  const uint64_t want = granules * g;
+  uint64_t got = 0;
+  for (auto& r : retired_) got += got < want ? r->shrink(want - got, settled) : 0;
+  if (placed_ && got < want) got += placed_->shrink(want - got, settled);
+  if (got) {
+    counters_.pool_shrunk += got;
+    sync_budgets();
+  }
+  return got / g;
+}
+
+void MemoryManager::note_physical() { peak_physical_ = std::max(peak_physical_, arena_.mapped_bytes() + pool_held()); }
+
+void MemoryManager::reap_pools() {
+  const auto settled = [this](const pool::FreeTag& t) { return order_.settled(t); };
+  bool changed = placed_ && placed_->reap(settled) > 0;
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    (*it)->reap(settled);
+    if ((*it)->drained(settled)) {
+      it = retired_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  if (changed) sync_budgets();
+}
+
+// The allocation the script's placement gives slot `slot`: its range, onto pool bytes no live buffer
+// holds (or one being copied out hands over), the new owner's stream ordered after whoever held
+// them. nullopt when the slot is busy (the program strayed: a buffer lives longer than recorded) or
+// its blocks find no room: the arena serves it then, as without a placement.
+std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t bytes, StreamRef stream, Origin origin,
+                                                       Replayer* replay) {
+  pool::PlacedPool& p = *placed_;
+  if (!p.placed(slot) || p.span(slot) != arena_.span_of(bytes)) return std::nullopt;
+  const uint64_t missing = p.missing_bytes(slot);
+  if (missing && !make_physical_room(missing)) {
+    ++counters_.placed_fallbacks;
+    return std::nullopt;
+  }
+  Buffer* b = new_buffer();
+  pool::TagSet waits;
+  std::vector<const void*> over;
+  const auto may_hand_over = [](const void* owner) {
+    const Buffer* x = static_cast<const Buffer*>(owner);
+    return x->state.load() == BufferState::kEvicting && x->copied_out.stream != 0;
+  };
+  const pool::PlacedPool::Result r = p.take(slot, b, &waits, may_hand_over, &over);
+  if (missing) {
+    sync_budgets();
+    note_physical();
+  }
+  if (r != pool::PlacedPool::Result::kOk) {
+    recycle(b);
+    ++counters_.placed_fallbacks;
+    return std::nullopt;
+  }
+  for (const void* owner : over) {
+    Buffer* x = const_cast<Buffer*>(static_cast<const Buffer*>(owner));
+    waits.add(x->copied_out);  // the new owner writes once the copy has read the bytes
+    x->handed_over = true;
+  }
+  order_new_owner(waits, stream);
+  b->address = p.address(slot);
+  b->span = p.span(slot);
+  b->bytes = bytes;
+  b->large = true;
+  b->serial = ++serial_;
+  b->library = origin == Origin::kLibrary;
+  b->last_use.store(next_tick());
+  b->streams.store(StreamOrder::bit_of(order_.id_of(stream ? *stream : nullptr)));
+  b->placed_pool = &p;
+  b->placed_slot = slot;
+  b->indexed = tracking();
+  if (b->indexed && !index_.add(b->address, b->span, reinterpret_cast<uint64_t>(b))) {
+    VCUDNN_LOG_ERROR("offload: internal error: placed buffer at {:#x} overlaps a tracked one", b->address);
+    p.release(slot, b, {});
+    recycle(b);
+    ++counters_.placed_fallbacks;
+    return std::nullopt;
+  }
+  live_.emplace(b->address, b);
+  live_requested_ += bytes;
+  largest_granules_ = std::max(largest_granules_, b->span / arena_.granularity());
+  ++counters_.allocations;
+  ++counters_.reused;
+  ++counters_.placed_served;
+  if (OpSink* sink = recording_sink()) sink->allocated({b->serial, b->address, b->bytes, b->library}, stream);
+  replay->bind(b);
+  return b->address;
+}
+
+// A placed buffer back: onto its pool bytes when no one holds them, else onto an extent of its own.
+RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fault) {
+  pool::PlacedPool& p = *b->placed_pool;
+  pool::TagSet waits;
+  if (const uint64_t missing = p.missing_bytes(b->placed_slot); missing && !make_physical_room(missing))
+    return RestoreResult::kNoRoom;
+  pool::PlacedPool::Result r = p.restore(b->placed_slot, b, &waits);
+  sync_budgets();
+  if (r == pool::PlacedPool::Result::kBusy && !physical_fits(b->span)) {
+    // Its pool bytes hold buffers placed in its absence that are still alive (the program strayed
+    // from the recorded iteration): they leave for the host (the host waits for their copies,
+    // counted), and it comes back onto its own bytes.
+    std::vector<Buffer*> holders;
+    for (const void* o : p.holders(b->placed_slot, b)) {
+      Buffer* h = const_cast<Buffer*>(static_cast<const Buffer*>(o));
+      if (h->state.load() == BufferState::kResident && !h->pinned.load() && h->in_use.load() == 0) holders.push_back(h);
+    }
+    begin_evictions(holders);
+    for (Buffer* h : holders) {
+      if (h->state.load() != BufferState::kEvicting) continue;
+      host_waits_.add(HostWait::k_eviction);
+      order_.wait_host(h->copied_out);
+    }
+    reap();
+    waits.clear();
+    r = p.restore(b->placed_slot, b, &waits);
+  }
+  if (r == pool::PlacedPool::Result::kBusy) {
+    if (!make_physical_room(b->span)) return RestoreResult::kNoRoom;
+    const bool mapped = p.restore_detached(b->placed_slot);
+    sync_budgets();
+    if (!mapped) return RestoreResult::kNoRoom;
+  } else if (r != pool::PlacedPool::Result::kOk) {
+    return RestoreResult::kFailed;
+  }
+  note_physical();
+  if (!residency_.copy_back(b, stream ? std::optional<Stream>(*stream) : std::nullopt, waits)) {
+    sync_budgets();
+    return RestoreResult::kFailed;
+  }
+  b->handed_over = false;
+  evicted_requested_ -= b->bytes;
+  if (fault) ++counters_.fault_ins;
   return RestoreResult::kOk;
 }
 
@@ -1002,7 +1217,7 @@ std::pair<uint64_t, uint64_t> MemoryManager::budget_info() const {
   }
   // Evicted buffers are live but hold no device memory: with them the program's own count of its
   // bytes (PyTorch asserts free + its bytes <= total) may pass the budget; total grows to match.
-  return {free, std::max(cap, free + live)};
+  return {free, std::max(config_.device_budget.value_or(cap), free + live)};
 }
 
 std::pair<uint64_t, uint64_t> MemoryManager::memory_info(uint64_t device_free, uint64_t device_total) const {
@@ -1032,6 +1247,20 @@ ManagerStats MemoryManager::stats() const {
   s.mapped = a.mapped_bytes;
   s.peak_mapped = a.peak_mapped_bytes;
   s.peak_held = a.peak_held_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.pool_held = pool_held();
+    s.mapped += s.pool_held;
+    s.peak_mapped = std::max(s.peak_mapped, peak_physical_);
+    s.peak_held = std::max(s.peak_held, peak_physical_);
+    if (placed_) {
+      const pool::PlacedPool::Stats& ps = placed_->stats();
+      s.pool_blocks = ps.blocks_created;
+      s.pool_mappings = ps.mappings;
+      s.pool_detached = ps.detached;
+      s.pool_handovers = ps.handovers;
+    }
+  }
   s.idle = a.idle_bytes + s.cached;
   s.evicted_now = a.evicted_bytes;
   s.fragmentation = a.fragmentation;
@@ -1068,13 +1297,19 @@ std::string MemoryManager::summary() const {
       s.allocations, s.frees, s.reused, mib(s.fresh_bytes), s.failed_allocations, s.evictions, s.evictions_started,
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
       mib(s.released_bytes), s.serve_calls, s.serve_ns / 1e6, s.serve_calls ? s.serve_ns / 1e3 / s.serve_calls : 0.0,
-      s.cache_hits, s.cache_flushes,
-      s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits, s.fences,
-      mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
+      s.cache_hits, s.cache_flushes, s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits,
+      s.fences, mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
       s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits,
-      tracking() ? "" : " (then untracked: no budget)",
-      s.pinned_buffers, s.graph_pinned_buffers,
-      mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s), driver_costs());
+      tracking() ? "" : " (then untracked: no budget)", s.pinned_buffers, s.graph_pinned_buffers,
+      mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s) + placed_summary(s), driver_costs());
+}
+
+std::string MemoryManager::placed_summary(const ManagerStats& s) const {
+  if (!s.placed_served && !s.placed_fallbacks && !s.pool_held) return "";
+  return fmt::format(
+      " placement: served={} fallbacks={} pool={} blocks={} mappings={} detached={} handovers={} shrunk={}",
+      s.placed_served, s.placed_fallbacks, mib(s.pool_held), s.pool_blocks, s.pool_mappings, s.pool_detached,
+      s.pool_handovers, mib(s.pool_shrunk));
 }
 
 std::string MemoryManager::driver_costs() const {

@@ -33,6 +33,7 @@
 
 #include "pool/buffer_index.h"
 #include "pool/host_pool.h"
+#include "pool/placed_pool.h"
 #include "pool/vmm_arena.h"
 #include "runtime/memory/access_log.h"
 #include "runtime/memory/buffer.h"
@@ -106,6 +107,15 @@ struct ManagerStats {
   uint64_t prefetches = 0;        // copies back started by the plan
   uint64_t replay_missed = 0;     // planned copies whose buffer was gone or could not move
   uint64_t replans = 0;           // scripts installed after the first
+  // A static placement followed (Note [A static placement]).
+  uint64_t placed_served = 0;     // allocations served from their slot
+  uint64_t placed_fallbacks = 0;  // placed allocations served by the arena (slot busy or no room)
+  uint64_t pool_held = 0;         // physical memory of the pool now
+  uint64_t pool_blocks = 0;       // blocks created, ever
+  uint64_t pool_mappings = 0;     // ranges mapped onto the pool (or extents of their own), ever
+  uint64_t pool_detached = 0;     // restores onto an extent of their own (the pool bytes were taken)
+  uint64_t pool_handovers = 0;    // pool bytes taken from a buffer still being copied out
+  uint64_t pool_shrunk = 0;       // pool memory given back to make room in the arena, ever
 };
 
 enum class Origin { kFramework, kLibrary };  // kLibrary: allocated by an NVIDIA library: never evicted
@@ -202,10 +212,11 @@ class MemoryManager {
   // A stream capture is in progress: buffers touched are pinned for the graph, restores are waited for.
   bool capturing() const { return captures_.load(std::memory_order_relaxed) > 0; }
   ManagerStats stats() const;
-  void reset_peak() { arena_.reset_peak(); }  // peak_mapped starts again from what is mapped now
+  void reset_peak();  // peak_mapped starts again from what is mapped now
   const HostWaitCounts& host_waits() const { return host_waits_; }
   std::string summary() const;                              // the exit line's "offload: ..." part
   std::string replay_summary(const ManagerStats& s) const;  // "" without a plan
+  std::string placed_summary(const ManagerStats& s) const;  // "" without a placement
   std::string driver_costs() const;                         // " driver: ..." when the backend measures
   const char* policy_name() const { return policy_->name(); }
 
@@ -237,6 +248,17 @@ class MemoryManager {
   uint64_t restore_all_locked();  // every evicted buffer back and settled; returns how many
   size_t begin_evictions(const std::vector<Buffer*>& victims);  // returns how many started
   void run_due(const std::vector<Replayer::Due>& due);
+  // Note [A static placement]: an allocation served from its slot (nullopt: the arena serves it).
+  std::optional<uint64_t> allocate_placed(uint32_t slot, uint64_t bytes, StreamRef stream, Origin origin,
+                                          Replayer* replay);
+  RestoreResult restore_placed(Buffer* b, StreamRef stream, bool fault);
+  uint64_t pool_held() const;          // the physical memory of the pools (the current and retired ones)
+  void sync_budgets();                 // the arena's budget: the device budget less the pools'
+  bool physical_fits(uint64_t bytes);  // `bytes` more physical memory fit the budget now
+  bool make_physical_room(uint64_t bytes);
+  void note_physical();                      // the peak of arena + pools
+  void reap_pools();                         // detached extents settled, retired pools drained
+  uint64_t shrink_pools(uint64_t granules);  // pool blocks no buffer holds given back; returns granules
   // Note [Reuse without a budget].
   bool reusing(StreamRef stream) const {
     return stream && !config_.device_budget && !tracking() && !capturing();
@@ -288,6 +310,9 @@ class MemoryManager {
   uint64_t installs_ = 0;
   std::vector<std::unique_ptr<Replayer>> replaced_;
   std::atomic<Replayer*> replay_{nullptr};
+  std::unique_ptr<pool::PlacedPool> placed_;                // the current script's placement (under mu_)
+  std::vector<std::unique_ptr<pool::PlacedPool>> retired_;  // earlier scripts' pools, until drained
+  uint64_t peak_physical_ = 0;                              // arena mapped + pools held, at its most
   OpSink* recording_sink() const {
     OpSink* s = sink_.load(std::memory_order_acquire);
     return s && s->recording() ? s : nullptr;

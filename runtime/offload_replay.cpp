@@ -11,6 +11,7 @@
 
 #include "planner/lifetimes.h"
 #include "planner/offload_plan.h"
+#include "planner/placement.h"
 #include "planner/replay_script.h"
 #include "runtime/log.h"
 #include "runtime/memory_manager.h"
@@ -28,7 +29,8 @@ constexpr double kUntimedCallMs = 0.005;
 // Plans `trace` for the budget less 1/room of it and installs the script; what was decided, and
 // whether a script was installed.
 std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::MemoryManager& manager,
-                                              const std::string& name, OffloadPolicy policy, uint32_t room) {
+                                              const std::string& name, OffloadPolicy policy, uint32_t room,
+                                              bool placement) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lifetimes lt = lifetimes(trace);
   OffloadOptions options;
@@ -41,7 +43,25 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   const uint64_t budget = *manager.budget();
   uint64_t target = budget - budget / room;
   const SpanModel model = span_model(trace, lt, options);
-  Result<OffloadPlan> plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
+  // Note [A static placement]: the plan whose layout fits, when there is one.
+  std::optional<Placement> placed;
+  std::string placed_what;
+  Result<OffloadPlan> plan = Error{""};
+  if (placement && policy == OffloadPolicy::kVcudnn) {
+    Result<PlacedPlan> p = plan_placed(trace, lt, target, options, link, kUntimedCallMs);
+    if (p) {
+      placed = std::move(p->placement);
+      placed_what = fmt::format(
+          "; a static placement: {} pool for {} buffers (the plan made for {}), at most {} outside it, {} driver calls "
+          "an iteration",
+          mib(placed->pool_bytes), placed->buffers.size(), mib(p->plan_budget), mib(placed->other_peak),
+          placed->remap_calls);
+      plan = std::move(p->plan);
+    } else {
+      placed_what = "; no static placement (" + p.error().message + ")";
+    }
+  }
+  if (!placed) plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
   if (!plan) {
     target = budget;
     plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
@@ -62,9 +82,13 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   }
   if (!plan)
     return {"no " + name + " plan for the budget: " + plan.error().message + "; eviction stays on demand", false};
-  schedule_prefetches(trace, model, plan.value(), link, kUntimedCallMs);
+  if (!placed) schedule_prefetches(trace, model, plan.value(), link, kUntimedCallMs);  // plan_placed() did
   Result<ReplayScript> script = replay_script(trace, lt, model, plan.value());
   if (!script) return {"the " + name + " plan cannot be replayed: " + script.error().message, false};
+  if (placed) {
+    if (Status s = place_script(script.value(), trace, lt, model, *placed); !s)
+      placed_what = "; no static placement (" + s.error().message + ")";
+  }
   if (script->anchor == 0)
     return {"the recorded iteration has no unique start among its allocations; eviction stays on demand", false};
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -78,6 +102,7 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
           ? fmt::format(" (above the budget of {}: calls that need more are served by on-demand eviction)", mib(budget))
           : fmt::format(" (the budget {} less 1/{} of it as room)", mib(budget), room),
       plan->fits ? "" : " (does NOT fit: the rest is evicted on demand)", mib(least - options.granule), ms);
+  what += placed_what;
   manager.install_replay(std::move(script.value()));
   return {what, true};
 }
@@ -85,7 +110,7 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
 }  // namespace
 
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name,
-                                      uint32_t room) {
+                                      uint32_t room, bool placement) {
   if (!manager.budget()) return "";
   if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
   const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
@@ -99,6 +124,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
     OffloadPolicy policy = OffloadPolicy::kVcudnn;
     uint32_t room = kFirstRoom;
     bool said_last = false;
+    bool placement = true;
     std::mutex mu;  // two threads may each find a re-plan due
   };
   auto state = std::make_shared<Replan>();
@@ -106,6 +132,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   state->name = name;
   state->policy = *policy;
   state->room = room;
+  state->placement = placement;
   manager.set_replanner([state, &manager](uint64_t helped) {
     std::lock_guard<std::mutex> lock(state->mu);
     if (state->room <= kMostRoom) {
@@ -117,11 +144,12 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
       return;
     }
     state->room /= 2;
-    const auto [what, installed] = plan_and_install(state->trace, manager, state->name, state->policy, state->room);
+    const auto [what, installed] =
+        plan_and_install(state->trace, manager, state->name, state->policy, state->room, state->placement);
     VCUDNN_LOG_INFO("offload: the plan needed {} on-demand evictions or fault-ins in an iteration; planned again: {}",
                     helped, what);
   });
-  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room);
+  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room, placement);
   if (!installed) manager.set_replanner(nullptr);
   return what;
 }

@@ -29,7 +29,9 @@ inline constexpr uint32_t kMostRoom = 8;
 
 // What was decided, for the log and the tests ("" when nothing was to be done). `room`: the plan
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.
+// `placement`: the vcudnn policy's plan comes with a static placement of the iteration's buffers
+// (Note [A static placement]) when one fits the budget.
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& policy,
-                                      uint32_t room = kFirstRoom);
+                                      uint32_t room = kFirstRoom, bool placement = true);
 
 }  // namespace vcudnn

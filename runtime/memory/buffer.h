@@ -9,6 +9,10 @@
 #include "pool/free_tags.h"
 #include "pool/host_pool.h"
 
+namespace vcudnn::pool {
+class PlacedPool;
+}
+
 namespace vcudnn::memory {
 
 enum class BufferState : uint8_t {
@@ -42,6 +46,11 @@ struct Buffer {
   uint32_t cached_stream = 0;
   uint64_t cached_interval = 0;
   Buffer* next_cached = nullptr;
+  // Served from a static placement (pool/placed_pool.h): its pool and slot. `handed_over`: being
+  // copied out, it gave its pool bytes to a later buffer (its eviction can no longer be cancelled).
+  pool::PlacedPool* placed_pool = nullptr;
+  uint32_t placed_slot = 0;
+  bool handed_over = false;
 };
 
 }  // namespace vcudnn::memory

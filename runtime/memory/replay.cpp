@@ -45,6 +45,11 @@ void Replayer::on_alloc(uint64_t bytes, std::vector<Due>& due) {
   on_event(&s, due);
 }
 
+int64_t Replayer::pending_allocation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return synced_ ? last_alloc_ : -1;
+}
+
 void Replayer::bind(Buffer* b) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!synced_) {  // kept with its step: the start of an iteration may be found later

@@ -48,6 +48,9 @@ class Replayer {
   // manager calls on_alloc and on_free under its lock, and bind() with the buffer the allocation
   // returned before it lets the lock go, so no other allocation or free comes between.
   void on_alloc(uint64_t bytes, std::vector<Due>& due);
+  // The index among the iteration's allocations of the one on_alloc() just placed, while the script
+  // is followed; -1 otherwise (the static placement's slot: Note [A static placement]).
+  int64_t pending_allocation() const;
   void bind(Buffer* b);
   void on_free(uint64_t bytes, std::vector<Due>& due);
   void on_use(std::vector<Due>& due);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "pool/placed_pool.h"
+
 namespace vcudnn::memory {
 
 Residency::Residency(pool::VmmArena& arena, pool::HostPool& host, Device& device, StreamOrder& order)
@@ -76,9 +78,33 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
   return started;
 }
 
+bool Residency::unmap(Buffer* b) {
+  if (!b->placed_pool) return arena_.evict(b->address);
+  pool::TagSet done;
+  done.add(b->copied_out);
+  return b->placed_pool->evict(b->placed_slot, b, done);
+}
+
 bool Residency::finish_eviction(Buffer* b) {
   if (b->state.load() != BufferState::kEvicting || !order_.settled(b->copied_out)) return false;
-  if (!arena_.evict(b->address)) {
+  if (b->placed_pool && !b->placed_pool->evict(b->placed_slot, b, [&] {
+        pool::TagSet done;
+        done.add(b->copied_out);
+        return done;
+      }())) {
+    // The range stays mapped (a piece may be unmapped: the pool evicts again when asked); its bytes
+    // are on the host too. Resident again unless part of it is gone.
+    ++stats_.failures;
+    if (b->placed_pool->is_mapped(b->placed_slot) && !b->handed_over) {
+      drop_host_copy(b);
+      b->state.store(BufferState::kResident);
+      return false;
+    }
+    b->state.store(BufferState::kEvicted);
+    ++stats_.evictions;
+    return true;
+  }
+  if (!b->placed_pool && !arena_.evict(b->address)) {
     // Unmapped in part at most: map back what is missing; the bytes are still on the device or
     // were never touched by the failed unmap.
     if (arena_.is_evicted(b->address) && !arena_.restore(b->address)) {
@@ -106,6 +132,14 @@ void Residency::cancel_eviction(Buffer* b) {
 
 bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {
   if (!arena_.restore(b->address)) return false;
+  return copy_back(b, consumer, {});
+}
+
+bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits) {
+  const Stream in = device_.in_stream();
+  for (const pool::FreeTag& t : waits.tags()) {
+    if (!order_.settled(t) && !order_.order(in, t)) order_.wait_host(t);
+  }
   bool ok = true;
   uint64_t off = 0;
   for (const pool::HostBlock& h : b->host) {
@@ -117,7 +151,7 @@ bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {
     // The copies queued so far must finish before the memory can go again: keep it mapped, idle
     // of meaning, until then; the bytes are still on the host.
     order_.wait_host(order_.mark(in_id_));
-    arena_.evict(b->address);
+    unmap(b);
     ++stats_.failures;
     return false;
   }

@@ -37,6 +37,10 @@ class Residency {
   // Maps a kEvicted buffer again (the caller made room) and queues the copy back; `consumer` (when
   // known) waits for it on the device. false (still kEvicted, bytes kept) on failure.
   bool restore(Buffer* b, std::optional<Stream> consumer);
+  // The copy back alone, for a buffer its caller mapped again (a placed one: the pool maps it),
+  // ordered after `waits` (those who held the memory before). false (unmapped again, still
+  // kEvicted) on failure.
+  bool copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits);
   // Releases the host blocks of a buffer that is being freed.
   void drop_host_copy(Buffer* b);
 
@@ -54,6 +58,8 @@ class Residency {
 
  private:
   bool take_host_blocks(Buffer* b);
+  // Unmaps an evicted buffer's memory: the arena's, or its slot of a static placement.
+  bool unmap(Buffer* b);
 
   pool::VmmArena& arena_;
   pool::HostPool& host_;

@@ -33,6 +33,7 @@ struct SimResult {
   std::string decided;  // the plan's log line
   std::vector<SimIteration> iterations;
   uint64_t peak_bytes = 0;  // most mapped at once, in the trace's bytes
+  uint64_t held_peak = 0;   // the manager's own count: arena mapped and pools held, at its most
   uint64_t unmatched = 0;   // buffers alive at the iteration's end that no later free matched (freed)
   std::string errors;       // the simulated device's complaints
   std::string summary;
@@ -62,8 +63,13 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 
 // `budget`: in the trace's bytes. The plan is installed after the first iteration, as the runtime
 // does once the recorder has it.
+// Every access checks the stamps its buffer's last writer left (the first bytes of each of its
+// granules) and leaves new ones, so that a buffer whose bytes another one overwrote, or that came back
+// from the host wrong, is a device error. `placement`: the plan's static placement (Note [A static
+// placement]) is followed. `device_lag`: see below.
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
-                                uint64_t scale = 64, uint32_t room = kFirstRoom) {
+                                uint64_t scale = 64, uint32_t room = kFirstRoom, bool placement = true,
+                                size_t device_lag = 0) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
   const Trace trace = scaled_trace(original, scale);
@@ -81,6 +87,9 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   SimResult out;
 
   std::vector<uint64_t> address(trace.buffers.size(), 0);
+  constexpr uint64_t kStamp = 64;
+  std::map<uint64_t, uint32_t> stamp_seed;  // by address: the last writer's
+  uint32_t stamp_next = 0;
   const auto origin = [&](uint32_t i) {
     return trace.buffers[i].library ? memory::Origin::kLibrary : memory::Origin::kFramework;
   };
@@ -108,6 +117,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
         const auto a = m.allocate(trace.buffers[c.buffer].bytes, s, origin(c.buffer));
         address[c.buffer] = a.value_or(0);
       } else if (c.kind == CallKind::kFree && c.buffer >= 0) {
+        stamp_seed.erase(address[c.buffer]);
         if (address[c.buffer]) m.free(address[c.buffer], s);
         address[c.buffer] = 0;
       } else if (!c.accesses.empty()) {
@@ -116,8 +126,29 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
         for (const BufferAccess& a : c.accesses)
           if (address[a.buffer]) words.push_back(address[a.buffer]);
         m.touch(words.data(), words.size(), memory::Access::kUnknown, s, "call");
+        for (const BufferAccess& a : c.accesses) {
+          const uint64_t at = address[a.buffer];
+          if (!at) continue;
+          const uint64_t bytes = trace.buffers[a.buffer].bytes;
+          const auto stamps = [&](auto&& each) {
+            for (uint64_t off = 0; off < bytes; off += g) each(at + off, std::min<uint64_t>(kStamp, bytes - off));
+          };
+          if (const auto seed = stamp_seed.find(at); seed != stamp_seed.end() && a.mode != AccessMode::kWrite)
+            stamps([&](uint64_t va, uint64_t n) { dev.check(s, va, n, seed->second); });
+          if (a.mode != AccessMode::kRead) {
+            const uint32_t seed = ++stamp_next;
+            stamps([&](uint64_t va, uint64_t n) { dev.write(s, va, n, seed); });
+            stamp_seed[at] = seed;
+          }
+        }
       }
-      dev.run_all();  // a device that keeps up with the host
+      // A device that keeps up with the host, or one that leaves `device_lag` operations queued (the
+      // H100 runs a step behind PyTorch's host thread: frees settle late).
+      if (device_lag == 0)
+        dev.run_all();
+      else
+        while (dev.queued() > device_lag && dev.run_some(1) > 0) {
+        }
     }
     // Buffers the iteration allocated and left alive are the ones the next iteration frees where
     // this one freed buffers alive at its start: matched by size, in order. The rest are freed
@@ -136,13 +167,14 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
     }
     for (auto& [bytes, q] : carried) {
       for (uint32_t i : q) {
+        stamp_seed.erase(address[i]);
         m.free(address[i], s);
         address[i] = 0;
         ++out.unmatched;
       }
     }
     dev.run_all();
-    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room);
+    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement);
     const SimIteration after = snapshot();
     SimIteration d;
     d.creates = after.creates - before.creates, d.maps = after.maps - before.maps;
@@ -155,6 +187,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
     out.iterations.push_back(d);
   }
   out.peak_bytes = dev.peak_mapped_granules() * kGranule;
+  out.held_peak = m.stats().peak_mapped * scale;
   out.errors = dev.errors.empty() ? "" : dev.first_errors();
   out.summary = m.summary();
   out.replay = m.replay_stats();
