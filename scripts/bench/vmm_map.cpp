@@ -71,6 +71,36 @@ int main(int argc, char** argv) {
   const size_t range = 1024 * g;
   if (!ok(cuMemAddressReserve(&va, range, 0, 0, 0), "cuMemAddressReserve")) return 1;
 
+  // What a static placement (planner/placement.h) may ask of the driver: one allocation mapped whole
+  // at two ranges at once (the same bytes through both), and part of an allocation (cuMemMap's offset).
+  nlohmann::json aliasing;
+  {
+    CUmemGenericAllocationHandle h = 0;
+    bool whole_twice = false, bytes_shared = false, part = false;
+    if (ok(cuMemCreate(&h, 2 * g, &prop, 0), "cuMemCreate (aliasing)")) {
+      const CUdeviceptr a = va, b = va + 4 * g, c = va + 8 * g;
+      const bool first = ok(cuMemMap(a, 2 * g, 0, h, 0), "cuMemMap (first range)") &&
+                         ok(cuMemSetAccess(a, 2 * g, &access, 1), "cuMemSetAccess (first range)");
+      whole_twice = first && ok(cuMemMap(b, 2 * g, 0, h, 0), "cuMemMap (the same allocation, second range)") &&
+                    ok(cuMemSetAccess(b, 2 * g, &access, 1), "cuMemSetAccess (second range)");
+      if (whole_twice) {
+        std::vector<unsigned char> got(16, 0);
+        bytes_shared = ok(cuMemsetD8(a, 0x5a, 2 * g), "cuMemsetD8") && ok(cuCtxSynchronize(), "sync") &&
+                       ok(cuMemcpyDtoH(got.data(), b + g, got.size()), "cuMemcpyDtoH") &&
+                       std::all_of(got.begin(), got.end(), [](unsigned char x) { return x == 0x5a; });
+      }
+      part = cuMemMap(c, g, g, h, 0) == CUDA_SUCCESS;  // its second granule alone
+      if (part) cuMemUnmap(c, g);
+      if (whole_twice) cuMemUnmap(b, 2 * g);
+      if (first) cuMemUnmap(a, 2 * g);
+      cuMemRelease(h);
+    }
+    aliasing = {{"whole_at_two_ranges", whole_twice}, {"bytes_shared", bytes_shared}, {"part_with_offset", part}};
+    std::printf(
+        "aliasing: one allocation mapped whole at two ranges: %s (bytes shared: %s); part of one (offset): %s\n",
+        whole_twice ? "yes" : "no", bytes_shared ? "yes" : "no", part ? "yes" : "no");
+  }
+
   std::vector<Row> rows;
   for (uint64_t n : {1, 4, 16, 64, 256}) {
     const size_t bytes = n * g;
@@ -162,6 +192,7 @@ int main(int argc, char** argv) {
   std::printf("64 granules unmapped one by one while %.0f ms of memsets run: %.0f us; device still busy after: %s\n",
               busy_ms, unmap_busy_us, busy_after_unmap ? "yes (cuMemUnmap did not wait for it)" : "no");
   j["unmap_while_busy"] = {{"us", unmap_busy_us}, {"device_busy_after", busy_after_unmap}, {"work_ms", busy_ms}};
+  j["aliasing"] = aliasing;
   if (!out.empty()) std::ofstream(out) << j.dump(1) << "\n";
   return 0;
 }
