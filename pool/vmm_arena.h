@@ -88,6 +88,12 @@ class PhysicalBackend {
   virtual bool map_alias(uint64_t va, Handle extent, uint64_t granules) = 0;
   // What the calls above cost so far, for the exit line ("" when not measured).
   virtual std::string costs() const { return ""; }
+  // The same as totals: calls made and host time inside them (zeros when not measured).
+  struct CallTotals {
+    uint64_t calls = 0;
+    uint64_t ns = 0;
+  };
+  virtual CallTotals totals() const { return {}; }
 };
 
 // Where fresh granules go: long-lived buffers (cudaMalloc: weights, library state) low, short-lived

@@ -150,6 +150,15 @@ std::string VmmBackend::costs() const {
   return out;
 }
 
+pool::PhysicalBackend::CallTotals VmmBackend::totals() const {
+  CallTotals t;
+  for (const Cost& c : cost_) {
+    t.calls += c.calls.load(std::memory_order_relaxed);
+    t.ns += c.ns.load(std::memory_order_relaxed);
+  }
+  return t;
+}
+
 pool::PhysicalBackend::Handle VmmBackend::create(uint64_t bytes) {
   const CUmemAllocationProp prop = properties();
   CUmemGenericAllocationHandle chunk = 0;

@@ -79,6 +79,7 @@ class VmmBackend final : public pool::PhysicalBackend {
   bool map_alias(uint64_t va, Handle extent, uint64_t granules) override;
   // Calls and host time per driver function: "cuMemCreate 12 in 0.3 ms, ...".
   std::string costs() const override;
+  CallTotals totals() const override;
 
  private:
   enum Op { kCreate, kRelease, kMap, kSetAccess, kUnmap, kOps };

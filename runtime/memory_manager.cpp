@@ -120,8 +120,23 @@ class MemoryManager::ServeTimer {
   uint64_t t0_;
 };
 
+// Under a budget, the host time of the access checks (restores waited for included), for
+// VCUDNN_LOG_ITERATIONS: what tracking costs a step.
+class MemoryManager::TrackTimer {
+ public:
+  explicit TrackTimer(MemoryManager& m) : m_(m), t0_(monotonic_ns()) {}
+  ~TrackTimer() { m_.track_ns_.fetch_add(monotonic_ns() - t0_, std::memory_order_relaxed); }
+  TrackTimer(const TrackTimer&) = delete;
+  TrackTimer& operator=(const TrackTimer&) = delete;
+
+ private:
+  MemoryManager& m_;
+  uint64_t t0_;
+};
+
 std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream, Origin origin) {
   if (bytes == 0) return uint64_t{0};
+  if (report_due_.load(std::memory_order_relaxed)) report_iteration();
   const ServeTimer timer(*this);
   if (replan_wanted_.load(std::memory_order_relaxed) != 0) maybe_replan();
   std::unique_lock<std::mutex> lock(mu_);
@@ -499,6 +514,7 @@ void MemoryManager::install_replay(ReplayScript script) {
   placed_ = std::move(pool);
   if (installs_++ > 0) ++counters_.replans;
   judged_iterations_ = 0;
+  reported_iterations_ = 0;
   replan_wanted_.store(0, std::memory_order_relaxed);
   for (const auto& [addr, b] : live_) replay->bind_persistent(b);
   if (replay_owner_) replaced_.push_back(std::move(replay_owner_));  // hooks may still hold it
@@ -517,8 +533,13 @@ void MemoryManager::set_replanner(std::function<void(uint64_t)> replanner) {
 // plan); a later one that needed help asks for a re-plan.
 void MemoryManager::judge_iteration() {
   const Replayer* replay = replay_.load(std::memory_order_acquire);
-  if (!replay || !replanner_) return;
+  if (!replay) return;
   const uint64_t done = replay->iterations_done();
+  if (config_.log_iterations && done != reported_iterations_) {
+    reported_iterations_ = done;
+    report_due_.store(true, std::memory_order_relaxed);
+  }
+  if (!replanner_) return;
   if (done == judged_iterations_) return;
   const uint64_t help = residency_.stats().started - counters_.planned_offloads + counters_.fault_ins;
   if (judged_iterations_ > 0 && help > help_at_judge_) replan_wanted_.store(help - help_at_judge_);
@@ -536,6 +557,44 @@ void MemoryManager::maybe_replan() {
     replanner = replanner_;
   }
   replanner(helped);  // plans (a few ms) and installs the new script, which takes mu_
+}
+
+// Note [What an iteration cost]
+// With VCUDNN_LOG_ITERATIONS=on, each iteration the plan followed to its end gets one info line:
+// the host's time from the previous end (the whole step as the host saw it, the program's own work
+// included), the copies moved and why (planned, on demand, faults), what made the host or a stream
+// wait, and the host time of vcudnn's parts: serving allocations and frees, the access checks, making
+// room, and the driver's virtual-memory calls (which overlap the first two). A steady iteration should
+// show no on-demand evictions, no fault-ins, and few driver calls; the first line is the baseline.
+void MemoryManager::report_iteration() {
+  if (!report_due_.exchange(false, std::memory_order_relaxed)) return;
+  IterationMark now{stats(), physical_.totals(), 0, monotonic_ns()};
+  if (const std::optional<ReplayStats> r = replay_stats()) now.late = r->late_prefetches;
+  std::lock_guard<std::mutex> lock(report_mu_);
+  if (report_mark_) {
+    const ManagerStats& a = report_mark_->stats;
+    const ManagerStats& b = now.stats;
+    // Counters of one script start again at a re-plan: a smaller value is this script's own.
+    const auto d = [](uint64_t before, uint64_t after) { return after >= before ? after - before : after; };
+    const auto ms = [&](uint64_t before, uint64_t after) { return static_cast<double>(d(before, after)) / 1e6; };
+    const uint64_t planned = d(a.planned_offloads, b.planned_offloads);
+    const uint64_t started = d(a.evictions_started, b.evictions_started);
+    VCUDNN_LOG_INFO(
+        "offload: iteration {}: {:.2f} ms on the host; out {} ({}; on demand {}), back {} ({}; prefetched {}, late "
+        "{}, fault-ins {}); host waits {}, stream waits {}; {} allocations ({} placed, {} fallbacks) and {} frees "
+        "in {:.2f} ms; {} access checks in {:.2f} ms; room {} in {:.2f} ms; driver {} calls in {:.2f} ms; {} mapped "
+        "anew, {} trimmed",
+        ++reports_, ms(report_mark_->ns, now.ns), started, mib(d(a.bytes_evicted, b.bytes_evicted)),
+        started >= planned ? started - planned : 0, d(a.restores, b.restores),
+        mib(d(a.bytes_restored, b.bytes_restored)), d(a.prefetches, b.prefetches), d(report_mark_->late, now.late),
+        d(a.fault_ins, b.fault_ins), d(a.host_waits, b.host_waits), d(a.stream_waits, b.stream_waits),
+        d(a.allocations, b.allocations), d(a.placed_served, b.placed_served), d(a.placed_fallbacks, b.placed_fallbacks),
+        d(a.frees, b.frees), ms(a.serve_ns, b.serve_ns), d(a.tracked_calls, b.tracked_calls),
+        ms(a.track_ns, b.track_ns), d(a.room_calls, b.room_calls), ms(a.room_ns, b.room_ns),
+        d(report_mark_->driver.calls, now.driver.calls), ms(report_mark_->driver.ns, now.driver.ns),
+        mib(d(a.fresh_bytes, b.fresh_bytes)), mib(d(a.trimmed_bytes, b.trimmed_bytes)));
+  }
+  report_mark_ = now;
 }
 
 std::optional<ReplayStats> MemoryManager::replay_stats() const {
@@ -863,6 +922,7 @@ void MemoryManager::settle_restore(Buffer* b, StreamRef stream) {
 
 bool MemoryManager::touch(const uint64_t* words, size_t n, Access mode, StreamRef stream, const char* api) {
   if (!tracking()) return true;
+  const TrackTimer timer(*this);
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const uint64_t lo = index_.prefilter_min();
   const uint64_t hi = index_.prefilter_max();
@@ -880,6 +940,7 @@ bool MemoryManager::touch(const uint64_t* words, size_t n, Access mode, StreamRe
 bool MemoryManager::touch_params(const std::vector<pool::ParamSlot>& layout, void** args, StreamRef stream,
                                  const char* api) {
   if (!tracking()) return true;
+  const TrackTimer timer(*this);
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const pool::HitList hits = pool::scan_params(index_, layout, args);
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
@@ -887,6 +948,7 @@ bool MemoryManager::touch_params(const std::vector<pool::ParamSlot>& layout, voi
 
 bool MemoryManager::touch_block(const void* data, size_t bytes, StreamRef stream, const char* api) {
   if (!tracking()) return true;
+  const TrackTimer timer(*this);
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   const pool::HitList hits = pool::scan_words(index_, data, bytes);
   return hits.empty() || on_hits(hits, Access::kUnknown, stream, api);
@@ -894,6 +956,7 @@ bool MemoryManager::touch_block(const void* data, size_t bytes, StreamRef stream
 
 bool MemoryManager::touch_everything(StreamRef stream, const char* api) {
   if (!tracking()) return true;
+  const TrackTimer timer(*this);
   tracked_calls_.fetch_add(1, std::memory_order_relaxed);
   pool::HitList hits;
   {
@@ -1275,6 +1338,7 @@ ManagerStats MemoryManager::stats() const {
   s.serve_calls = serve_calls_.load();
   s.serve_ns = serve_ns_.load();
   s.tracked_calls = tracked_calls_.load();
+  s.track_ns = track_ns_.load();
   s.tracked_hits = tracked_hits_.load();
   s.foreign_allocations = foreign_.load();
   s.host_waits = host_waits_.total();

@@ -56,6 +56,7 @@ struct ManagerConfig {
   uint64_t host_slab_bytes = pool::HostPool::kDefaultSlabBytes;
   uint64_t reserve_bytes = 0;  // the arena's VA range (0: 4 x device_total + host_budget)
   bool access_log = false;     // keep the first accesses for VCUDNN_TRACE's path.memory.json
+  bool log_iterations = false;  // VCUDNN_LOG_ITERATIONS: one line per iteration the plan followed
 };
 
 // Counters for vcudnnGetMemoryStats and the exit line.
@@ -94,6 +95,7 @@ struct ManagerStats {
   uint64_t cached = 0;         // bytes kept now (counted in idle too)
   uint64_t tracked_calls = 0;
   uint64_t tracked_hits = 0;
+  uint64_t track_ns = 0;  // host time inside tracked calls' checks (restores they wait for included)
   uint64_t foreign_allocations = 0;
   uint64_t pinned_buffers = 0;
   uint64_t graph_pinned_buffers = 0;  // kept on the device because a captured CUDA graph uses them
@@ -303,6 +305,20 @@ class MemoryManager {
   // iteration; the first iteration after an install is its warm-up and not judged.
   void judge_iteration();
   void maybe_replan();
+  // VCUDNN_LOG_ITERATIONS (Note [What an iteration cost]): judge_iteration() finds one ended, the
+  // next allocation logs it outside the lock.
+  struct IterationMark {
+    ManagerStats stats;
+    pool::PhysicalBackend::CallTotals driver;
+    uint64_t late = 0;  // late prefetches of the script followed
+    uint64_t ns = 0;    // the host's clock
+  };
+  void report_iteration();
+  std::atomic<bool> report_due_{false};
+  uint64_t reported_iterations_ = 0;  // the current script's iterations_done() last reported (under mu_)
+  std::mutex report_mu_;
+  std::optional<IterationMark> report_mark_;  // under report_mu_
+  uint64_t reports_ = 0;                      // under report_mu_
   std::function<void(uint64_t)> replanner_;  // under mu_
   std::atomic<uint64_t> replan_wanted_{0};   // the help counted, when a re-plan is due
   uint64_t judged_iterations_ = 0;           // the current script's iterations_done() last judged
@@ -325,6 +341,8 @@ class MemoryManager {
 
   void stop_tracking_if_done();
   class ServeTimer;
+  class TrackTimer;
+  std::atomic<uint64_t> track_ns_{0};
   std::atomic<uint64_t> serve_calls_{0};
   std::atomic<uint64_t> serve_ns_{0};
   std::atomic<bool> tracking_{true};

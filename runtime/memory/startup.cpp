@@ -77,6 +77,7 @@ Started start_unguarded(const Options& o) {
   ManagerConfig config;
   config.device_total = total_bytes;
   config.access_log = !o.get(kTrace).empty();  // written next to the trace (write_access_log)
+  config.log_iterations = o.get(kLogIterations) == "on";
   if (!o.get(kDeviceBudget).empty()) config.device_budget = pool::parse_budget(o.get(kDeviceBudget), total_bytes);
   const uint64_t host_ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   config.host_budget = pool::parse_budget(o.get(kHostBudget), host_ram).value_or(8ull << 30);

@@ -12,11 +12,13 @@
 #include "planner/lifetimes.h"
 #include "planner/offload_plan.h"
 #include "planner/replay_script.h"
+#include "runtime/log.h"
 #include "runtime/memory/call_scope.h"
 #include "runtime/memory/replay.h"
 #include "runtime/memory_manager.h"
 #include "runtime/offload_replay.h"
 #include "runtime/recorder.h"
+#include "tests/common/test_util.h"
 #include "tests/cpu/graph_conv_builder.h"
 #include "tests/cpu/manager_fixture.h"
 #include "tests/cpu/sim_device.h"
@@ -424,13 +426,15 @@ struct LoopResult {
 // and then, under `policy`, replayed: weights of 24 granules read by every layer, 12 activations a
 // step of 3 to 6 granules, read back in reverse and freed. The device finishes what was queued
 // before each host step, as a GPU that keeps up with the host.
-LoopResult train(const std::string& policy, int iterations) {
+LoopResult train(const std::string& policy, int iterations, bool log_iterations = false) {
   test::MemoryActive on;
   constexpr uint64_t kBudget = 64;
   constexpr uint64_t kG = 64 * 1024;  // small granules keep the byte checks cheap
   constexpr uint64_t kWeights = 24 * kG;
   test::SimDevice dev(kG, kBudget);
-  memory::MemoryManager m(dev, dev, dev, test::manager_config(kBudget * kG, kG));
+  memory::ManagerConfig config = test::manager_config(kBudget * kG, kG);
+  config.log_iterations = log_iterations;
+  memory::MemoryManager m(dev, dev, dev, config);
   LoopResult out;
   Recorder rec(
       RecorderConfig{"", 200000, [&](const Trace& t) { out.decided = replay_recorded_iteration(t, m, policy); },
@@ -509,4 +513,39 @@ TEST_CASE(
   CHECK_FALSE(lru.replay);
   CHECK(lru.at_end.fault_ins > lru.at_third.fault_ins);
   CHECK(lru.peak_granules <= 64);
+}
+
+// Note [What an iteration cost]: one line per followed iteration, the first a baseline; in the
+// steady state every copy is the plan's, so the lines say so.
+TEST_CASE("replay: VCUDNN_LOG_ITERATIONS logs what each followed iteration cost", "[replay][memory]") {
+  test::TempDir tmp;
+  const Options o = parse_options(
+      [&](const char* name) -> const char* {
+        static std::string file;
+        file = tmp.file("log");
+        return std::string(name) == "VCUDNN_LOG_FILE" ? file.c_str() : nullptr;
+      },
+      {"VCUDNN_LOG_FILE"});
+  REQUIRE(log::configure(o).empty());
+  const LoopResult plan = train("vcudnn", 10, /*log_iterations=*/true);
+  const LoopResult quiet = train("vcudnn", 10);
+  log::g_level.store(static_cast<int>(LogLevel::kOff));
+  const std::string text = test::read_file(tmp.file("log"));
+  INFO(text);
+  REQUIRE(plan.replay);
+  const std::vector<std::string> lines = test::grep(text, "offload: iteration ");
+  // Lines from the first run only (the second logs none): one per iteration followed, logged at the
+  // next allocation after its end (none follows the last); the first end is the baseline.
+  CHECK(lines.size() < plan.replay->iterations);
+  CHECK(lines.size() + 2 >= plan.replay->iterations);
+  REQUIRE(lines.size() >= 5);
+  CHECK_THAT(lines[0], Catch::Contains("offload: iteration 1: "));
+  for (size_t i = 2; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK_THAT(lines[i], Catch::Contains("on demand 0)"));
+    CHECK_THAT(lines[i], Catch::Contains("fault-ins 0)"));
+    CHECK_THAT(lines[i], Catch::Contains(" 12 allocations ("));
+    CHECK_THAT(lines[i], Catch::Contains(" and 12 frees in "));
+  }
+  CHECK(quiet.replay);  // ran, and logged nothing (the count above)
 }
