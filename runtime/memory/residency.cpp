@@ -62,6 +62,7 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
     }
   }
   const pool::FreeTag end = order_.mark(out_id_);
+  order_.fence(out_id_);  // Note [Exact fences for vcudnn's copies]
   for (Buffer* b : started) {
     if (!ok) {
       drop_host_copy(b);
@@ -157,7 +158,7 @@ bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool:
   }
   b->ready = order_.mark(in_id_);
   last_in_ = b->ready;
-  order_.fence_ahead(in_id_);  // so that it settles once the device is past it, unasked
+  order_.fence(in_id_);  // Note [Exact fences for vcudnn's copies]
   drop_host_copy(b);  // the next copy into these blocks queues behind the copy from them
   if (consumer) order_.order(*consumer, b->ready);
   b->restoring.store(true);

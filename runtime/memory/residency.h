@@ -9,6 +9,16 @@
 //    the copy's end (`ready`); other streams are ordered after it when they touch the buffer.
 // Which buffers go, and when, is decided elsewhere (eviction_policy.h, memory_manager.cpp). Every
 // call comes with the manager's lock held.
+//
+// Note [Exact fences for vcudnn's copies]
+// StreamOrder fences a mark lazily, when someone first waits on it, and a fence recorded then
+// covers everything queued on the stream by that time. For the copy streams that is wrong: a plan
+// queues its copies out early in the forward pass (five of 98-196 MiB within 2 ms of host time on
+// ResNet-50 b64 at 90 %), and a buffer placed over the first one's bytes waited on a fence that
+// also covered the four behind it: the GPU stood 12 ms where 4 were due (scripts/bench/
+// profile_step.py --gaps; the same for copies back in the backward pass). So each copy out and copy
+// back gets its own fence as it is queued (one event record), and a wait takes the earliest fence
+// that covers its mark.
 #pragma once
 
 #include <cstdint>

@@ -47,6 +47,9 @@ class StreamOrder {
   // Keeps a fence in flight on stream `id` covering its latest mark, when none is in flight: then
   // what was marked settles soon after the device gets there, without anyone waiting for it.
   void fence_ahead(uint32_t id);
+  // A fence covering stream `id`'s latest mark now, unless one does already: for a mark that others
+  // will wait on alone (vcudnn's copies: Note [Exact fences for vcudnn's copies]).
+  void fence(uint32_t id);
   // A fence on every stream covering its latest mark (a stream capture is about to begin: once a
   // stream is capturing, nothing can be recorded on it, yet what was queued before must settle).
   void fence_all();

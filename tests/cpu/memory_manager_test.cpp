@@ -323,6 +323,44 @@ TEST_CASE("residency: a copy back runs on its own stream, never behind copies ou
   CHECK_MSG_ERRORS(dev);
 }
 
+// Note [Exact fences for vcudnn's copies]: a stream ordered after one copy out waits for that copy,
+// not for the copies queued behind it.
+TEST_CASE("residency: waiting for one copy out does not wait for the copies queued after it", "[memory]") {
+  SimDevice dev(kG, 64);
+  pool::VmmArena arena(dev, 64 * kG, 64 * kG, 2, /*exact_extents=*/true);
+  pool::HostPool host(dev, 64 * kMiB, 8 * kMiB);
+  REQUIRE(host.reserve(64 * kMiB));
+  StreamOrder order(dev);
+  Residency residency(arena, host, dev, order);
+  const Stream s = test::SimDevice::stream(1), w = test::SimDevice::stream(2);
+  const Stream out = dev.out_stream();
+  Buffer x, y;
+  for (Buffer* b : {&x, &y}) {
+    const auto a = arena.allocate(4 * kG, pool::Lifetime::kShort);
+    REQUIRE(a);
+    b->address = a->address, b->bytes = 4 * kG, b->span = a->bytes, b->large = true;
+    b->streams.store(StreamOrder::bit_of(order.id_of(s)));
+    dev.write(s, b->address, b->bytes, 5);
+  }
+  x.state.store(BufferState::kEvicting);
+  REQUIRE(residency.start_eviction({&x}).size() == 1);
+  const size_t x_ops = dev.queued(out);  // x's copy and what orders it
+  y.state.store(BufferState::kEvicting);
+  REQUIRE(residency.start_eviction({&y}).size() == 1);
+  REQUIRE(dev.queued(out) > x_ops);
+  // Another stream (a buffer placed over x's bytes) is ordered after x's copy alone.
+  REQUIRE(order.order(w, x.copied_out));
+  dev.write(w, x.address, kG, 9);
+  dev.run_stream(s);
+  CHECK(dev.run_stream(out, static_cast<int>(x_ops)) == static_cast<int>(x_ops));
+  CHECK(dev.queued(out) > 0);  // y's copy has not run
+  dev.run_stream(w);
+  CHECK(dev.queued(w) == 0);  // the wait passed with x's copy done
+  dev.run_all();
+  CHECK(order.settled(y.copied_out));
+  CHECK_MSG_ERRORS(dev);
+}
+
 TEST_CASE("memory manager: explicit evict and restore round trip, and free of an evicted buffer", "[memory]") {
   Active on;
   SimDevice dev(kG, 16);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -223,12 +224,13 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     while (done < n && step_locked()) ++done;
     return done;
   }
-  // Runs what stream `s` can run, in order, until its head must wait (or it is empty).
-  int run_stream(memory::Stream s) {
+  // Runs what stream `s` can run, in order, until its head must wait (or it is empty), at most
+  // `most` operations.
+  int run_stream(memory::Stream s, int most = std::numeric_limits<int>::max()) {
     std::lock_guard<std::mutex> lock(mu_);
     int done = 0;
     auto& q = queues_[s];
-    while (!q.empty()) {
+    while (!q.empty() && done < most) {
       const Op& head = q.front();
       if (head.kind == Op::kWait && events_.at(head.event).done_generation < head.generation) break;
       const Op op = head;
@@ -251,6 +253,11 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     size_t n = 0;
     for (const auto& [s, q] : queues_) n += q.size();
     return n;
+  }
+  size_t queued(memory::Stream s) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = queues_.find(s);
+    return it == queues_.end() ? 0 : it->second.size();
   }
   // Physical granules mapped (a chunk mapped at several ranges counts once).
   uint64_t mapped_granules() const {
