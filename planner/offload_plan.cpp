@@ -212,6 +212,8 @@ Result<OffloadPlan> plan_vdnn(const Trace& trace, const Lifetimes& lifetimes, co
 
 }  // namespace
 
+void finish_plan(const SpanModel& m, OffloadPlan& plan) { finish(m, plan); }
+
 std::string_view offload_policy_name(OffloadPolicy policy) {
   switch (policy) {
     case OffloadPolicy::kVcudnn:
@@ -478,7 +480,7 @@ size_t schedule_prefetches(const Trace& trace, const SpanModel& m, OffloadPlan& 
                            double default_call_ms) {
   if (plan.policy != OffloadPolicy::kVcudnn || link.host_to_device_gbps <= 0 || plan.moves.empty()) return 0;
   const std::vector<double> start_ms = start_times(durations(trace, m, default_call_ms, nullptr));
-  const double h2d = bytes_per_ms(link.host_to_device_gbps);
+  const double h2d = bytes_per_ms(link.host_to_device_gbps * kPrefetchRate);
   // The copies back share one lane: the latest use first, each copy must end before its use and
   // before the copy after it in the lane starts.
   std::vector<size_t> order(plan.moves.size());
@@ -520,18 +522,21 @@ size_t schedule_prefetches(const Trace& trace, const SpanModel& m, OffloadPlan& 
 }
 
 PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan& plan, const LinkModel& link,
-                       double default_call_ms) {
+                       double default_call_ms, const std::vector<Handover>& handovers) {
   PlanTimeline t;
   const size_t n = m.seqs.size();
   const std::vector<double> duration = durations(trace, m, default_call_ms, &t.untimed_calls);
   // Bytes per millisecond.
   const double d2h = bytes_per_ms(link.device_to_host_gbps), h2d = bytes_per_ms(link.host_to_device_gbps);
-  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n);
+  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n), handed_at(n);
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     out_after[plan.moves[i].out_after].push_back(i);
     back_at[plan.moves[i].prefetch_at].push_back(i);
     needed_by[plan.moves[i].next_use].push_back(i);
   }
+  for (const Handover& h : handovers)
+    if (h.call < n && h.move < plan.moves.size() && plan.moves[h.move].out_after < h.call)
+      handed_at[h.call].push_back(h.move);
   std::vector<double> out_end(plan.moves.size(), 0), back_end(plan.moves.size(), 0);
   const std::vector<uint64_t> present = simulate(m, plan.moves);
   std::vector<std::pair<double, uint64_t>> pending;  // copies out not ended: (end, bytes)
@@ -564,14 +569,17 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
         held += mv.bytes;
       }
     }
+    double until = ready;
     if (held > plan.budget) {
       std::sort(pending.begin(), pending.end());
-      double until = ready;
       for (const auto& [end, bytes] : pending) {
         if (held <= plan.budget) break;
         held -= bytes;
         until = end;
       }
+    }
+    for (size_t i : handed_at[p]) until = std::max(until, out_end[i]);  // its bytes, once read
+    if (until > ready) {
       ++t.room_waits;
       t.room_ms += until - ready;
       ready = until;

@@ -95,10 +95,21 @@ std::string check_placement(const SpanModel& model, const std::vector<OffloadMov
 // An offload plan whose static placement fits `budget`: the vcudnn plan for the budget, else for
 // a budget lower by one percent at a time (more bytes move, so that what the layout adds fits),
 // down to the least budget any plan needs. `plan_budget` is the budget the plan was made for.
+// The calls that wait for a copy out because the layout gives their new buffer (allocated, or back
+// from the host) bytes of a moved buffer while that buffer is off the device: the runtime orders
+// the new owner after the copy (a hand-over).
+std::vector<Handover> handovers(const std::vector<OffloadMove>& moves, const Placement& placement);
+// time_plan() with the layout's hand-overs.
+PlanTimeline time_placed(const Trace& trace, const SpanModel& model, const OffloadPlan& plan,
+                         const Placement& placement, const LinkModel& link, double default_call_ms = 0);
+
 struct PlacedPlan {
   OffloadPlan plan;
   Placement placement;
   uint64_t plan_budget = 0;
+  bool held = false;       // moves hold their bytes until copied (Note [Bytes held until the copy out ends])
+  double step_ms = 0;      // time_placed()'s step
+  double handover_ms = 0;  // of which calls wait for copies out (room and hand-overs)
 };
 Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget,
                                const OffloadOptions& options, const LinkModel& link = kAssumedLink,

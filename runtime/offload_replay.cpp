@@ -52,10 +52,11 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
     if (p) {
       placed = std::move(p->placement);
       placed_what = fmt::format(
-          "; a static placement: {} pool for {} buffers (the plan made for {}), at most {} outside it, {} driver calls "
-          "an iteration",
-          mib(placed->pool_bytes), placed->buffers.size(), mib(p->plan_budget), mib(placed->other_peak),
-          placed->remap_calls);
+          "; a static placement: {} pool for {} buffers (the plan made for {}; moved buffers' bytes {}; predicted "
+          "step {:.1f} ms, {:.1f} of it waiting for copies out), at most {} outside it, {} driver calls an iteration",
+          mib(placed->pool_bytes), placed->buffers.size(), mib(p->plan_budget),
+          p->held ? "held until copied out" : "handed over as they leave", p->step_ms, p->handover_ms,
+          mib(placed->other_peak), placed->remap_calls);
       plan = std::move(p->plan);
     } else {
       placed_what = "; no static placement (" + p.error().message + ")";

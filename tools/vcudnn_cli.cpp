@@ -377,20 +377,31 @@ int run_plan(PlanRequest q) {
       if (rc == 0) rc = 3;
     } else {
       const Placement& p = placed->placement;
-      const PlanTimeline time = time_plan(t, span_model(t, l, o), placed->plan, link, q.call_ms);
+      const SpanModel pm = span_model(t, l, o);
+      const PlanTimeline time = time_placed(t, pm, placed->plan, p, link, q.call_ms);
+      if (!q.timeline.empty()) {  // the placed plan's, in place of the plain plan's
+        if (Status s = write_output_file(q.timeline, timeline_json(pm, placed->plan, time)); !s) {
+          fmt::print(stderr, "error: {}\n", s.error().message);
+          return 1;
+        }
+      }
       fmt::print(
-          "static placement: the vcudnn plan for {} ({:.1f}% of the budget): {} moves, {} each way, step {:.3f} ms; "
+          "static placement: the vcudnn plan for {} ({:.1f}% of the budget): {} moves, {} each way, step {:.3f} ms "
+          "({:.3f} waiting for copies out; moved buffers' bytes {}); "
           "a pool of {} for {} buffers (the most of them on the device at once {}), {} outside it at most; {} for the "
           "budget {}: fits; per iteration {} driver calls ({} blocks), {} mappings made once\n",
           mib_text(placed->plan_budget),
           100.0 * static_cast<double>(placed->plan_budget) / static_cast<double>(*budget), placed->plan.moves.size(),
-          mib_text(placed->plan.bytes_moved), time.step_ms, mib_text(p.pool_bytes), p.buffers.size(),
-          mib_text(p.resident_peak), mib_text(p.other_peak), mib_text(p.total()), mib_text(*budget), p.remap_calls,
-          p.blocks, p.first_mappings);
+          mib_text(placed->plan.bytes_moved), time.step_ms, time.room_ms,
+          placed->held ? "held until copied out" : "handed over as they leave", mib_text(p.pool_bytes),
+          p.buffers.size(), mib_text(p.resident_peak), mib_text(p.other_peak), mib_text(p.total()), mib_text(*budget),
+          p.remap_calls, p.blocks, p.first_mappings);
       out["placement"] = {{"plan_budget", placed->plan_budget},
                           {"moves", placed->plan.moves.size()},
                           {"bytes_moved", placed->plan.bytes_moved},
                           {"step_ms", time.step_ms},
+                          {"waits_for_copies_out_ms", time.room_ms},
+                          {"held_until_copied", placed->held},
                           {"pool_bytes", p.pool_bytes},
                           {"placed_buffers", p.buffers.size()},
                           {"resident_peak", p.resident_peak},
