@@ -73,8 +73,47 @@ def analyze(events):
         # Waits inside the step (vcudnn's for room, PyTorch's own), not the wait for its end.
         row["host_sync_ms"] = sum(e["dur"] for e in runtime if t0 <= e["ts"] < t1 and "Synchronize" in e["name"]
                                   and "DeviceSynchronize" not in e["name"]) / 1e3
+        row["timeline"] = timeline(ks, free_from0=t0, t1=t1, launch_of=launch_of, copies=copies, runtime=runtime)
         steps.append(row)
     return steps
+
+
+def timeline(ks, free_from0, t1, launch_of, copies, runtime, least_us=100.0):
+    """The step's compute-stream gaps of at least `least_us`, each with what it most likely waited for, and the
+    copies, in ms from the step's start: a gap whose next kernel was launched late is the host's (inside a
+    synchronisation call when one overlaps it); one that ends as a copy ends waited for that copy; the rest waited for
+    something else on the device (an event of another stream)."""
+    t0 = free_from0
+    ms = lambda t: round((t - t0) / 1e3, 3)  # noqa: E731
+    step_copies = [c for c in copies if t0 <= c["ts"] < t1]
+    syncs = [e for e in runtime if t0 <= e["ts"] < t1 and "Synchronize" in e["name"]
+             and "DeviceSynchronize" not in e["name"]]
+    gaps = []
+    free_from = t0
+    for k in ks:
+        gap = k["ts"] - free_from
+        if gap >= least_us:
+            launch = launch_of.get(k["args"].get("correlation"))
+            launched = launch["ts"] + launch["dur"] if launch else free_from
+            host = min(max(0.0, launched - free_from), gap)
+            cause = "host"
+            if host < gap / 2:
+                ended = [c for c in step_copies if abs(c["ts"] + c["dur"] - k["ts"]) <= 30.0]
+                cause = ("copy " + ended[0]["name"].split()[1] if ended and len(ended[0]["name"].split()) > 1
+                         else "copy") if ended else "device"
+            elif any(e["ts"] < launched and e["ts"] + e["dur"] > free_from for e in syncs):
+                cause = "host sync"
+            gaps.append({"at_ms": ms(free_from), "ms": round(gap / 1e3, 3), "host_ms": round(host / 1e3, 3),
+                         "cause": cause, "next": k["name"][:60]})
+        free_from = max(free_from, k["ts"] + k["dur"])
+    return {"gaps": gaps,
+            "copies": [{"at_ms": ms(c["ts"]), "ms": round(c["dur"] / 1e3, 3), "what": c["name"],
+                        "mib": round(c["args"].get("bytes", 0) / 2**20, 1),
+                        "queued_ms": ms(launch_of[c["args"]["correlation"]]["ts"])
+                        if c["args"].get("correlation") in launch_of else None} for c in step_copies
+                       if c["args"].get("bytes", 0) >= 1 << 20],
+            "host_syncs": [{"at_ms": ms(e["ts"]), "ms": round(e["dur"] / 1e3, 3), "what": e["name"]} for e in syncs
+                           if e["dur"] >= least_us]}
 
 
 def worker(args):
@@ -109,6 +148,7 @@ def run_config(args, lib, cfg, budget, tmp):
                    VCUDNN_LOG_FILE=os.path.join(tmp, f"{cfg}.log"), LD_LIBRARY_PATH=benchlib.runtime_library_path())
         if budget:
             env["VCUDNN_DEVICE_BUDGET"] = str(budget)
+        env.update(kv.split("=", 1) for kv in args.env)
     out = os.path.join(tmp, f"{cfg}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker-out", out, "--model", args.model,
            "--batch", str(args.batch), "--warmup", str(args.warmup), "--steps", str(args.steps)]
@@ -138,6 +178,10 @@ def main():
     p.add_argument("--warmup", type=int, default=8, help="steps before profiling (the plan is followed from ~3)")
     p.add_argument("--steps", type=int, default=3, help="profiled steps")
     p.add_argument("--out", help="JSON result file")
+    p.add_argument("--gaps", action="store_true",
+                   help="print the budgeted runs' compute-stream gaps and copies (last profiled step)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a VCUDNN_* setting for every vcudnn run (repeatable)")
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker_out:
@@ -170,6 +214,21 @@ def main():
               f"{median(s, 'host_late_ms'):.1f} | {median(s, 'waiting_ms'):.1f} | "
               f"{median(s, 'd2h_ms'):.1f} ({median(s, 'd2h_mib'):.0f}) | {median(s, 'h2d_ms'):.1f} "
               f"({median(s, 'h2d_mib'):.0f}) | {median(s, 'host_sync_ms'):.1f} |")
+    if args.gaps:
+        for r in runs:
+            s = r.get("steps") or []
+            if not s or not r["budget_bytes"]:
+                continue
+            tl = s[-1]["timeline"]
+            print(f"\n{r['config']}, last profiled step: compute-stream gaps of 0.1 ms or more, copies of 1 MiB or more")
+            for g in tl["gaps"]:
+                print(f"  gap   {g['at_ms']:8.2f} ms  {g['ms']:6.2f} ms  {g['cause']:<10} host {g['host_ms']:.2f}  "
+                      f"then {g['next']}")
+            for c in tl["copies"]:
+                queued = f"queued {c['queued_ms']:8.2f} ms" if c.get("queued_ms") is not None else ""
+                print(f"  copy  {c['at_ms']:8.2f} ms  {c['ms']:6.2f} ms  {c['mib']:7.1f} MiB  {c['what']}  {queued}")
+            for h in tl["host_syncs"]:
+                print(f"  sync  {h['at_ms']:8.2f} ms  {h['ms']:6.2f} ms  {h['what']}")
     for r in runs:
         if r.get("exit_line"):
             print(f"  {r['config']}: {r['exit_line'][r['exit_line'].find('driver:'):]}")
