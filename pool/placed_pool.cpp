@@ -251,6 +251,28 @@ PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet*
   }
 }
 
+PlacedPool::Result PlacedPool::reclaim(uint32_t slot, const void* owner, TagSet* waits) {
+  try {
+    if (!placed(slot)) return Result::kFailed;
+    SlotState& s = slots_[slot];
+    if (!s.mapped || s.detached) return Result::kFailed;
+    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+      if (owner_[g] && owner_[g] != owner) {
+        ++stats_.busy;
+        return Result::kBusy;
+      }
+    }
+    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+      if (waits) waits->merge(tags_[g]);
+      tags_[g].clear();
+      owner_[g] = owner;
+    }
+    return Result::kOk;
+  } catch (...) {
+    return Result::kFailed;
+  }
+}
+
 std::vector<const void*> PlacedPool::holders(uint32_t slot, const void* owner) const {
   std::vector<const void*> out;
   if (!placed(slot)) return out;

@@ -118,6 +118,7 @@ struct ManagerStats {
   uint64_t pool_detached = 0;     // restores onto an extent of their own (the pool bytes were taken)
   uint64_t pool_handovers = 0;    // pool bytes taken from a buffer still being copied out
   uint64_t pool_shrunk = 0;       // pool memory given back to make room in the arena, ever
+  uint64_t resumed = 0;           // brought back before their copy out ended, without a host wait
 };
 
 enum class Origin { kFramework, kLibrary };  // kLibrary: allocated by an NVIDIA library: never evicted

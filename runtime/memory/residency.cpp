@@ -131,6 +131,15 @@ void Residency::cancel_eviction(Buffer* b) {
   ++stats_.cancelled;
 }
 
+bool Residency::resume_back(Buffer* b, std::optional<Stream> consumer, pool::TagSet waits) {
+  if (b->state.load() != BufferState::kEvicting) return false;
+  waits.add(b->copied_out);  // the copy back reads the host blocks the copy out fills
+  ++stats_.evictions;
+  stats_.bytes_evicted += b->bytes;
+  b->state.store(BufferState::kEvicted);
+  return copy_back(b, consumer, waits);
+}
+
 bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {
   if (!arena_.restore(b->address)) return false;
   return copy_back(b, consumer, {});

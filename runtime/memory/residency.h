@@ -44,6 +44,11 @@ class Residency {
   bool finish_eviction(Buffer* b);
   // An access needs a kEvicting buffer: it is kResident again at once.
   void cancel_eviction(Buffer* b);
+  // A kEvicting placed buffer whose pool bytes went to others (a hand-over) is wanted back before
+  // its copy out ended: the eviction counts as done without unmapping its range, and the copy back
+  // is queued after the copy out and after `waits` (the frees of those who held its bytes), all on
+  // the device (Note [Back before the copy out ended]). false on failure (nothing queued).
+  bool resume_back(Buffer* b, std::optional<Stream> consumer, pool::TagSet waits);
   // Maps a kEvicted buffer again (the caller made room) and queues the copy back; `consumer` (when
   // known) waits for it on the device. false (still kEvicted, bytes kept) on failure.
   bool restore(Buffer* b, std::optional<Stream> consumer);

@@ -122,6 +122,34 @@ TEST_CASE(
   CHECK(dev.errors.empty());
 }
 
+// Note [Back before the copy out ended]: a slot still mapped takes back the bytes it handed over
+// once their holder gave them back, ordered after that free, with no driver call.
+TEST_CASE("placed pool: a slot still mapped takes its handed-over bytes back without mapping", "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  PlacedPool p = make(dev);
+  int a = 0, b = 0;
+  pool::TagSet waits;
+  std::vector<const void*> over;
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  REQUIRE(p.take(
+              1, &b, &waits, [&](const void* o) { return o == &a; }, &over) == PlacedPool::Result::kOk);
+  const uint64_t mappings = p.stats().mappings;
+  CHECK(p.reclaim(0, &a, &waits) == PlacedPool::Result::kBusy);  // `b` holds part of them
+  pool::TagSet freed;
+  freed.add({1, 30});
+  p.release(1, &b, freed);
+  waits.clear();
+  REQUIRE(p.reclaim(0, &a, &waits) == PlacedPool::Result::kOk);
+  REQUIRE(waits.tags().size() == 1);
+  CHECK(waits.tags()[0] == pool::FreeTag{1, 30});
+  CHECK(p.stats().mappings == mappings);
+  CHECK(p.holders(0, &a).empty());
+  // `b` cannot take them again while `a` holds them; an evicted slot has nothing to reclaim.
+  CHECK(p.take(1, &b, &waits, never, &over) == PlacedPool::Result::kBusy);
+  REQUIRE(p.evict(0, &a, freed));
+  CHECK(p.reclaim(0, &a, &waits) == PlacedPool::Result::kFailed);
+}
+
 TEST_CASE("placed pool: a steady loop of the same slots maps nothing after the first round", "[placed_pool]") {
   test::SimDevice dev(kG, 100);
   PlacedPool p = make(dev);
