@@ -194,10 +194,30 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   }
   order_new_owner(waits, stream);
   Buffer* b = new_buffer();
-  b->address = a->address;
-  b->span = a->bytes;
+  if (!publish(b, a->address, a->bytes, bytes, origin, stream)) {
+    arena_.free(b->address);
+    recycle(b);
+    ++counters_.failed_allocations;
+    return std::nullopt;
+  }
+  if (a->fresh == 0) ++counters_.reused;
+  counters_.fresh_bytes += a->fresh * arena_.granularity();
+  if (a->fresh && placed_) note_physical();
+  if (replay) replay->bind(b);
+  evict_ahead();
+  return b->address;
+}
+
+// A new buffer at [address, address + span) for `bytes`: its fields, its place in the pointer index
+// (while accesses are tracked) and among the live buffers, counted and told to the recorder. false
+// when the index refuses it (cannot happen: the arena and the pool never hand out overlapping
+// ranges; refused rather than guessed): the caller gives its memory back.
+bool MemoryManager::publish(Buffer* b, uint64_t address, uint64_t span, uint64_t bytes, Origin origin,
+                            StreamRef stream) {
+  b->address = address;
+  b->span = span;
   b->bytes = bytes;
-  b->large = a->bytes >= arena_.granularity();
+  b->large = span >= arena_.granularity();
   b->serial = ++serial_;
   b->library = origin == Origin::kLibrary;
   b->last_use.store(next_tick());
@@ -206,25 +226,16 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
   b->streams.store(StreamOrder::bit_of(order_.id_of(stream ? *stream : nullptr)));
   // Untracked, nothing looks pointers up any more (Note [Tracking without a budget]).
   b->indexed = tracking();
-  if (b->indexed && !index_.add(b->address, b->span, reinterpret_cast<uint64_t>(b))) {
-    // Cannot happen (the arena never hands out overlapping ranges); refuse rather than guess.
-    VCUDNN_LOG_ERROR("offload: internal error: buffer at {:#x} overlaps a tracked one", b->address);
-    arena_.free(b->address);
-    recycle(b);
-    ++counters_.failed_allocations;
-    return std::nullopt;
+  if (b->indexed && !index_.add(address, span, reinterpret_cast<uint64_t>(b))) {
+    VCUDNN_LOG_ERROR("offload: internal error: buffer at {:#x} overlaps a tracked one", address);
+    return false;
   }
-  live_.emplace(b->address, b);
+  live_.emplace(address, b);
   live_requested_ += bytes;
-  largest_granules_ = std::max(largest_granules_, b->span / arena_.granularity());
+  largest_granules_ = std::max(largest_granules_, span / arena_.granularity());
   ++counters_.allocations;
-  if (a->fresh == 0) ++counters_.reused;
-  counters_.fresh_bytes += a->fresh * arena_.granularity();
-  if (a->fresh && placed_) note_physical();
   if (OpSink* sink = recording_sink()) sink->allocated({b->serial, b->address, b->bytes, b->library}, stream);
-  if (replay) replay->bind(b);
-  evict_ahead();
-  return b->address;
+  return true;
 }
 
 // Memory reused from a free on another stream is usable once that free is done there.
@@ -845,31 +856,16 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
     x->handed_over = true;
   }
   order_new_owner(waits, stream);
-  b->address = p.address(slot);
-  b->span = p.span(slot);
-  b->bytes = bytes;
-  b->large = true;
-  b->serial = ++serial_;
-  b->library = origin == Origin::kLibrary;
-  b->last_use.store(next_tick());
-  b->streams.store(StreamOrder::bit_of(order_.id_of(stream ? *stream : nullptr)));
   b->placed_pool = &p;
   b->placed_slot = slot;
-  b->indexed = tracking();
-  if (b->indexed && !index_.add(b->address, b->span, reinterpret_cast<uint64_t>(b))) {
-    VCUDNN_LOG_ERROR("offload: internal error: placed buffer at {:#x} overlaps a tracked one", b->address);
+  if (!publish(b, p.address(slot), p.span(slot), bytes, origin, stream)) {
     p.release(slot, b, {});
     recycle(b);
     ++counters_.placed_fallbacks;
     return std::nullopt;
   }
-  live_.emplace(b->address, b);
-  live_requested_ += bytes;
-  largest_granules_ = std::max(largest_granules_, b->span / arena_.granularity());
-  ++counters_.allocations;
   ++counters_.reused;
   ++counters_.placed_served;
-  if (OpSink* sink = recording_sink()) sink->allocated({b->serial, b->address, b->bytes, b->library}, stream);
   replay->bind(b);
   return b->address;
 }

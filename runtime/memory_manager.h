@@ -230,6 +230,7 @@ class MemoryManager {
  private:
   // All below with mu_ held.
   Buffer* new_buffer();
+  bool publish(Buffer* b, uint64_t address, uint64_t span, uint64_t bytes, Origin origin, StreamRef stream);
   void recycle(Buffer* b);
   bool is_live(const Buffer* b) const;
   uint64_t granules_for(uint64_t bytes) const;
