@@ -8,17 +8,13 @@
 #include <numeric>
 
 #include "planner/json_read.h"
+#include "planner/mix64.h"
 
 namespace vcudnn {
 namespace {
 
-// splitmix64 finaliser: a strong 64-bit mix, so that combining field by field loses nothing.
-uint64_t mix(uint64_t h, uint64_t v) {
-  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// Combines field by field through splitmix64's finaliser, so that nothing is lost.
+uint64_t mix(uint64_t h, uint64_t v) { return mix64(h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2))); }
 
 template <typename Array>
 uint64_t mix_array(uint64_t h, const Array& a, int n) {

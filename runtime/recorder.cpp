@@ -15,6 +15,7 @@
 #include <fstream>
 #include <utility>
 
+#include "planner/mix64.h"
 #include "runtime/decode_conv.h"
 #include "runtime/hook_scope.h"
 #include "runtime/log.h"
@@ -139,14 +140,6 @@ CallKind kind_of_api(std::string_view api) {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // What makes two operations the same one in another iteration: kind, direction, layer, API and
 // the sizes of the buffers involved (addresses and times differ from one iteration to the next).
 // The buffers a call uses count as a set (the order they are reported in follows their addresses).
@@ -156,14 +149,15 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
 // transformer's launches gained or lost such a buffer in 1 step of 8 (H100 trace), so no two steps
 // were alike.
 uint64_t identity_of(const TraceCall& c, const std::vector<TraceBuffer>& buffers) {
-  uint64_t h = mix(static_cast<uint64_t>(c.kind) + 1);
-  h = mix(h ^ (static_cast<uint64_t>(c.conv) << 8) ^ (static_cast<uint64_t>(static_cast<uint32_t>(c.layer)) << 16));
-  h = mix(h ^ static_cast<uint64_t>(static_cast<uint32_t>(c.name)));
-  if (c.buffer >= 0) h = mix(h ^ buffers[static_cast<size_t>(c.buffer)].bytes);
+  uint64_t h = mix64(static_cast<uint64_t>(c.kind) + 1);
+  h = mix64(h ^ (static_cast<uint64_t>(c.conv) << 8) ^ (static_cast<uint64_t>(static_cast<uint32_t>(c.layer)) << 16));
+  h = mix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(c.name)));
+  if (c.buffer >= 0) h = mix64(h ^ buffers[static_cast<size_t>(c.buffer)].bytes);
   if (c.kind == CallKind::kLaunch) return h;
   uint64_t used = 0;
-  for (const BufferAccess& a : c.accesses) used += mix(buffers[a.buffer].bytes ^ (static_cast<uint64_t>(a.mode) << 62));
-  return mix(h ^ used);
+  for (const BufferAccess& a : c.accesses)
+    used += mix64(buffers[a.buffer].bytes ^ (static_cast<uint64_t>(a.mode) << 62));
+  return mix64(h ^ used);
 }
 
 }  // namespace

@@ -1,22 +1,14 @@
 // ReuseCache (see header): an open-addressing table of LIFO lists threaded through the buffers.
 #include "runtime/memory/reuse_cache.h"
 
+#include "planner/mix64.h"
+
 namespace vcudnn::memory {
-namespace {
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser: spans are multiples of 512, their low bits all alike
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 ReuseCache::Slot& ReuseCache::slot_for(uint64_t key) {
   const size_t mask = slots_.size() - 1;
-  for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+  // Spans are multiples of 512, their low bits all alike: mixed before masking.
+  for (size_t i = mix64(key) & mask;; i = (i + 1) & mask) {
     if (slots_[i].key == key || slots_[i].key == 0) return slots_[i];
   }
 }
