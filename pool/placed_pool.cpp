@@ -228,23 +228,32 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
   }
 }
 
+bool PlacedPool::held_by_another(const SlotState& s, const void* owner) {
+  for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+    if (owner_[g] && owner_[g] != owner) {
+      ++stats_.busy;
+      return true;
+    }
+  }
+  return false;
+}
+
+void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* waits) {
+  for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+    if (waits) waits->merge(tags_[g]);
+    tags_[g].clear();
+    owner_[g] = owner;
+  }
+}
+
 PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet* waits) {
   try {
     if (!placed(slot)) return Result::kFailed;
     SlotState& s = slots_[slot];
     if (s.mapped || s.detached) return Result::kFailed;  // not evicted
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
-      if (owner_[g] && owner_[g] != owner) {
-        ++stats_.busy;
-        return Result::kBusy;
-      }
-    }
+    if (held_by_another(s, owner)) return Result::kBusy;
     if (!create_blocks(s) || !map_slot(s)) return Result::kFailed;
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
-      if (waits) waits->merge(tags_[g]);
-      tags_[g].clear();
-      owner_[g] = owner;
-    }
+    own_granules(s, owner, waits);
     return Result::kOk;
   } catch (...) {
     return Result::kFailed;
@@ -256,17 +265,8 @@ PlacedPool::Result PlacedPool::reclaim(uint32_t slot, const void* owner, TagSet*
     if (!placed(slot)) return Result::kFailed;
     SlotState& s = slots_[slot];
     if (!s.mapped || s.detached) return Result::kFailed;
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
-      if (owner_[g] && owner_[g] != owner) {
-        ++stats_.busy;
-        return Result::kBusy;
-      }
-    }
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
-      if (waits) waits->merge(tags_[g]);
-      tags_[g].clear();
-      owner_[g] = owner;
-    }
+    if (held_by_another(s, owner)) return Result::kBusy;
+    own_granules(s, owner, waits);
     return Result::kOk;
   } catch (...) {
     return Result::kFailed;

@@ -128,6 +128,8 @@ class PlacedPool {
   bool map_slot(SlotState& s);    // all pieces or none
   bool unmap_slot(SlotState& s);  // false on the first failure
   bool create_blocks(const SlotState& s);
+  bool held_by_another(const SlotState& s, const void* owner);              // some granule (counted busy)
+  void own_granules(const SlotState& s, const void* owner, TagSet* waits);  // their tags into `waits`
 
   PhysicalBackend& backend_;
   uint64_t g_ = 0;
