@@ -283,13 +283,19 @@ TEST_CASE("memory manager: evictions start ahead of need, so a device that keeps
   CHECK(dev.peak_mapped_granules() <= kBudget);
 }
 
+// The Residency mechanism alone on the simulated device: 64 granules, 64 MiB of pinned host memory.
+struct ResidencyRig {
+  SimDevice dev{kG, 64};
+  pool::VmmArena arena{dev, 64 * kG, 64 * kG, 2, /*exact_extents=*/true};
+  pool::HostPool host{dev, 64 * kMiB, 8 * kMiB};
+  StreamOrder order{dev};
+  Residency residency{arena, host, dev, order};
+};
+
 TEST_CASE("residency: a copy back runs on its own stream, never behind copies out still waiting", "[memory]") {
-  SimDevice dev(kG, 64);
-  pool::VmmArena arena(dev, 64 * kG, 64 * kG, 2, /*exact_extents=*/true);
-  pool::HostPool host(dev, 64 * kMiB, 8 * kMiB);
+  ResidencyRig rig;
+  auto& [dev, arena, host, order, residency] = rig;
   REQUIRE(host.reserve(64 * kMiB));
-  StreamOrder order(dev);
-  Residency residency(arena, host, dev, order);
   const Stream s = test::SimDevice::stream(1);
   const auto buffer = [&](Buffer& b) {
     const auto a = arena.allocate(4 * kG, pool::Lifetime::kShort);
@@ -326,12 +332,9 @@ TEST_CASE("residency: a copy back runs on its own stream, never behind copies ou
 // Note [Exact fences for vcudnn's copies]: a stream ordered after one copy out waits for that copy,
 // not for the copies queued behind it.
 TEST_CASE("residency: waiting for one copy out does not wait for the copies queued after it", "[memory]") {
-  SimDevice dev(kG, 64);
-  pool::VmmArena arena(dev, 64 * kG, 64 * kG, 2, /*exact_extents=*/true);
-  pool::HostPool host(dev, 64 * kMiB, 8 * kMiB);
+  ResidencyRig rig;
+  auto& [dev, arena, host, order, residency] = rig;
   REQUIRE(host.reserve(64 * kMiB));
-  StreamOrder order(dev);
-  Residency residency(arena, host, dev, order);
   const Stream s = test::SimDevice::stream(1), w = test::SimDevice::stream(2);
   const Stream out = dev.out_stream();
   Buffer x, y;
