@@ -29,6 +29,14 @@ constexpr uint64_t kBudgetExtentMinGranules = 2;
 // Buffers kept whole for reuse on their stream, at most (Note [Reuse without a budget]).
 constexpr uint64_t kKeptBytes = 64ull << 20;
 
+// Timed waits (Note [Timing the waits for vcudnn's copies]): the cookie's high half says what
+// waited, the low half a planned copy back's action + 1. A wait shorter than kLateCopyMs is the
+// timing's noise (a timed event's resolution is about half a microsecond; the wait itself costs a
+// few): the copy was on time.
+constexpr uint64_t kWaitForCopyBack = 1ull << 32;
+constexpr uint64_t kWaitForCopyOut = 2ull << 32;
+constexpr double kLateCopyMs = 0.02;
+
 }  // namespace
 
 MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend& host, Device& device,
@@ -45,6 +53,7 @@ MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend&
       policy_(policy ? std::move(policy) : make_lru_policy()) {
   // Pinned memory up front: cudaHostAlloc is slow and synchronising, never on the hot path.
   if (config_.device_budget && arena_.ok()) host_.reserve(config_.host_budget);
+  residency_.time_copies_back(config_.log_iterations);
 }
 
 MemoryManager::~MemoryManager() = default;
@@ -241,7 +250,7 @@ bool MemoryManager::publish(Buffer* b, uint64_t address, uint64_t span, uint64_t
 // Memory reused from a free on another stream is usable once that free is done there.
 void MemoryManager::order_new_owner(const pool::TagSet& waits, StreamRef stream) {
   for (const pool::FreeTag& t : waits.tags()) {
-    if (stream && order_.order(*stream, t)) continue;
+    if (stream && order_.order(*stream, t, kWaitForCopyOut)) continue;
     // cudaMalloc's memory is usable on every stream at once (or a fence could not be recorded, or
     // the stream is being captured).
     if (order_.settled(t)) continue;
@@ -546,6 +555,7 @@ void MemoryManager::judge_iteration() {
   const Replayer* replay = replay_.load(std::memory_order_acquire);
   if (!replay) return;
   const uint64_t done = replay->iterations_done();
+  if (done != judged_iterations_ || (config_.log_iterations && done != reported_iterations_)) take_copy_waits();
   if (config_.log_iterations && done != reported_iterations_) {
     reported_iterations_ = done;
     report_due_.store(true, std::memory_order_relaxed);
@@ -577,9 +587,48 @@ void MemoryManager::maybe_replan() {
 // wait, and the host time of vcudnn's parts: serving allocations and frees, the access checks, making
 // room, and the driver's virtual-memory calls (which overlap the first two). A steady iteration should
 // show no on-demand evictions, no fault-ins, and few driver calls; the first line is the baseline.
+// Note [Timing the waits for vcudnn's copies], with mu_ held, once an iteration: what the device
+// waited for, and the plan's copies back it waited for move earlier (Replayer::late).
+void MemoryManager::take_copy_waits() {
+  for (const Residency::CopyTime& t : residency_.take_copy_times()) {
+    ++counters_.back_copies_timed;
+    counters_.back_copy_bytes += t.bytes;
+    counters_.back_copy_ns += static_cast<uint64_t>(std::max(0.0, t.copy_ms) * 1e6);
+    counters_.back_held_ns += static_cast<uint64_t>(std::max(0.0, t.held_ms) * 1e6);
+  }
+  Replayer* replay = replay_.load(std::memory_order_acquire);
+  for (const StreamOrder::WaitSample& w : order_.take_waits()) {
+    const bool late = w.waited_ms > kLateCopyMs;
+    const auto ns = static_cast<uint64_t>(w.waited_ms * 1e6);
+    if ((w.cookie & kWaitForCopyBack) != 0) {
+      ++counters_.back_waits_timed;
+      if (!late) continue;
+      ++counters_.back_waits_late;
+      counters_.back_wait_ns += ns;
+      const auto action = static_cast<uint32_t>(w.cookie);  // the prefetch's action + 1; 0: none
+      if (action != 0 && replay) replay->late(action - 1);
+      if (config_.log_iterations && late_backs_.size() < 16) late_backs_.emplace_back(action, w.waited_ms);
+    } else if ((w.cookie & kWaitForCopyOut) != 0) {
+      ++counters_.out_waits_timed;
+      if (!late) continue;
+      ++counters_.out_waits_late;
+      counters_.out_wait_ns += ns;
+    }
+  }
+}
+
 void MemoryManager::report_iteration() {
   if (!report_due_.exchange(false, std::memory_order_relaxed)) return;
   IterationMark now{stats(), physical_.totals(), 0, monotonic_ns()};
+  std::string late_backs;  // which planned copies back the device stood for (the script's actions)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [action, waited] : late_backs_)
+      late_backs += fmt::format("{}{}: {:.2f} ms", late_backs.empty() ? " (" : ", ",
+                                action ? fmt::format("action {}", action - 1) : std::string("unplanned"), waited);
+    if (!late_backs.empty()) late_backs += ")";
+    late_backs_.clear();
+  }
   if (const std::optional<ReplayStats> r = replay_stats()) now.late = r->late_prefetches;
   std::lock_guard<std::mutex> lock(report_mu_);
   if (report_mark_) {
@@ -592,18 +641,29 @@ void MemoryManager::report_iteration() {
     const uint64_t started = d(a.evictions_started, b.evictions_started);
     VCUDNN_LOG_INFO(
         "offload: iteration {}: {:.2f} ms on the host; out {} ({}; on demand {}), back {} ({}; prefetched {}, late "
-        "{}, fault-ins {}); host waits {}, stream waits {}; {} allocations ({} placed, {} fallbacks) and {} frees "
-        "in {:.2f} ms; {} access checks in {:.2f} ms; room {} in {:.2f} ms; driver {} calls in {:.2f} ms; {} mapped "
-        "anew, {} trimmed",
+        "{}, fault-ins {}); host waits {}, stream waits {}; the device stood {:.2f} ms for {} of {} timed copies "
+        "back{} "
+        "and {:.2f} ms for {} of {} copies out; {} copies back timed: {:.1f} GB/s, {:.2f} ms waiting for the memory's "
+        "holders; {} allocations ({} placed, {} fallbacks) and {} frees in {:.2f} ms; "
+        "{} access checks in {:.2f} ms; room {} in {:.2f} ms; driver {} calls in {:.2f} ms; {} mapped anew, {} "
+        "trimmed",
         ++reports_, ms(report_mark_->ns, now.ns), started, mib(d(a.bytes_evicted, b.bytes_evicted)),
         started >= planned ? started - planned : 0, d(a.restores, b.restores),
         mib(d(a.bytes_restored, b.bytes_restored)), d(a.prefetches, b.prefetches), d(report_mark_->late, now.late),
         d(a.fault_ins, b.fault_ins), d(a.host_waits, b.host_waits), d(a.stream_waits, b.stream_waits),
-        d(a.allocations, b.allocations), d(a.placed_served, b.placed_served), d(a.placed_fallbacks, b.placed_fallbacks),
-        d(a.frees, b.frees), ms(a.serve_ns, b.serve_ns), d(a.tracked_calls, b.tracked_calls),
-        ms(a.track_ns, b.track_ns), d(a.room_calls, b.room_calls), ms(a.room_ns, b.room_ns),
-        d(report_mark_->driver.calls, now.driver.calls), ms(report_mark_->driver.ns, now.driver.ns),
-        mib(d(a.fresh_bytes, b.fresh_bytes)), mib(d(a.trimmed_bytes, b.trimmed_bytes)));
+        ms(a.back_wait_ns, b.back_wait_ns), d(a.back_waits_late, b.back_waits_late),
+        d(a.back_waits_timed, b.back_waits_timed), late_backs, ms(a.out_wait_ns, b.out_wait_ns),
+        d(a.out_waits_late, b.out_waits_late), d(a.out_waits_timed, b.out_waits_timed),
+        d(a.back_copies_timed, b.back_copies_timed),
+        d(a.back_copy_ns, b.back_copy_ns) ? static_cast<double>(d(a.back_copy_bytes, b.back_copy_bytes)) /
+                                                static_cast<double>(d(a.back_copy_ns, b.back_copy_ns))
+                                          : 0.0,
+        ms(a.back_held_ns, b.back_held_ns), d(a.allocations, b.allocations), d(a.placed_served, b.placed_served),
+        d(a.placed_fallbacks, b.placed_fallbacks), d(a.frees, b.frees), ms(a.serve_ns, b.serve_ns),
+        d(a.tracked_calls, b.tracked_calls), ms(a.track_ns, b.track_ns), d(a.room_calls, b.room_calls),
+        ms(a.room_ns, b.room_ns), d(report_mark_->driver.calls, now.driver.calls),
+        ms(report_mark_->driver.ns, now.driver.ns), mib(d(a.fresh_bytes, b.fresh_bytes)),
+        mib(d(a.trimmed_bytes, b.trimmed_bytes)));
   }
   report_mark_ = now;
 }
@@ -919,17 +979,15 @@ RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fa
 // A buffer restored for one stream: an access from another (or an unknown) stream is ordered
 // after the copy back.
 void MemoryManager::settle_restore(Buffer* b, StreamRef stream) {
-  const bool done = order_.settled(b->ready);
-  if (b->prefetch_action >= 0) {  // a planned copy back: late if not done by its use
-    Replayer* replay = replay_.load(std::memory_order_acquire);
-    if (!done && replay) replay->late(static_cast<uint32_t>(b->prefetch_action));
-    b->prefetch_action = -1;
-  }
-  if (done) {
+  // A planned copy back is late if its use stands still for it on the device: timed there, the
+  // host's view (the host runs ahead) says nothing (Note [Timing the waits for vcudnn's copies]).
+  const uint64_t cookie = kWaitForCopyBack | static_cast<uint32_t>(b->prefetch_action + 1);
+  b->prefetch_action = -1;
+  if (order_.settled(b->ready)) {
     b->restoring.store(false);
     return;
   }
-  if (stream && order_.order(*stream, b->ready)) return;
+  if (stream && order_.order(*stream, b->ready, cookie)) return;
   host_waits_.add(HostWait::k_unknown_stream);
   order_.wait_host(b->ready);
   b->restoring.store(false);
@@ -1372,7 +1430,7 @@ std::string MemoryManager::summary() const {
       "fault_ins={} evicted={} restored={} trimmed={} released={} served={} in {:.1f} ms ({:.2f} us each) "
       "kept_hits={} kept_flushes={} "
       "oom_retries={} room={} in {:.1f} ms host_waits={} "
-      "stream_waits={} fences={} "
+      "stream_waits={} fences={} device_stood: back={}/{} in {:.1f} ms out={}/{} in {:.1f} ms "
       "peak_mapped={} peak_held={} budget={} live={} idle={} fragmentation={:.3f} policy={} tracked_calls={} "
       "tracked_hits={}{} "
       "pinned={} graph_pinned={} ({}) foreign={}{}{}",
@@ -1380,8 +1438,9 @@ std::string MemoryManager::summary() const {
       s.evictions_cancelled, s.restores, s.fault_ins, mib(s.bytes_evicted), mib(s.bytes_restored), mib(s.trimmed_bytes),
       mib(s.released_bytes), s.serve_calls, s.serve_ns / 1e6, s.serve_calls ? s.serve_ns / 1e3 / s.serve_calls : 0.0,
       s.cache_hits, s.cache_flushes, s.oom_retries, s.room_calls, s.room_ns / 1e6, host_waits_.text(), s.stream_waits,
-      s.fences, mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live), mib(s.idle),
-      s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits,
+      s.fences, s.back_waits_late, s.back_waits_timed, s.back_wait_ns / 1e6, s.out_waits_late, s.out_waits_timed,
+      s.out_wait_ns / 1e6, mib(s.peak_mapped), mib(s.peak_held), s.budget ? mib(s.budget) : "none", mib(s.live),
+      mib(s.idle), s.fragmentation, policy_->name(), s.tracked_calls, s.tracked_hits,
       tracking() ? "" : " (then untracked: no budget)", s.pinned_buffers, s.graph_pinned_buffers,
       mib(s.graph_pinned_bytes), s.foreign_allocations, replay_summary(s) + placed_summary(s), driver_costs());
 }

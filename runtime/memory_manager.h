@@ -119,6 +119,19 @@ struct ManagerStats {
   uint64_t pool_handovers = 0;    // pool bytes taken from a buffer still being copied out
   uint64_t pool_shrunk = 0;       // pool memory given back to make room in the arena, ever
   uint64_t resumed = 0;           // brought back before their copy out ended, without a host wait
+  // The device's own view of vcudnn's copies (Note [Timing the waits for vcudnn's copies]): waits
+  // timed, and those where a stream stood still for the copy, with how long in all.
+  uint64_t back_waits_timed = 0;  // a use ordered after its buffer's copy back
+  uint64_t back_waits_late = 0;   // ... that stood still for it
+  uint64_t back_wait_ns = 0;
+  uint64_t out_waits_timed = 0;  // new owners of memory ordered after a copy out of it
+  uint64_t out_waits_late = 0;
+  uint64_t out_wait_ns = 0;
+  // With VCUDNN_LOG_ITERATIONS=on, copies back timed on the device (Residency::take_copy_times).
+  uint64_t back_copies_timed = 0;
+  uint64_t back_copy_bytes = 0;
+  uint64_t back_copy_ns = 0;  // the copies themselves
+  uint64_t back_held_ns = 0;  // the in stream waiting for the memory's previous holders
 };
 
 enum class Origin { kFramework, kLibrary };  // kLibrary: allocated by an NVIDIA library: never evicted
@@ -306,6 +319,9 @@ class MemoryManager {
   // Re-planning (set_replanner): the on-demand help the current script needed, judged per followed
   // iteration; the first iteration after an install is its warm-up and not judged.
   void judge_iteration();
+  void take_copy_waits();  // with mu_ held (Note [Timing the waits for vcudnn's copies])
+  // With VCUDNN_LOG_ITERATIONS=on, the late copies back since the last report: (action + 1, ms).
+  std::vector<std::pair<uint32_t, double>> late_backs_;
   void maybe_replan();
   // VCUDNN_LOG_ITERATIONS (Note [What an iteration cost]): judge_iteration() finds one ended, the
   // next allocation logs it outside the lock.

@@ -53,6 +53,25 @@ Event CudaDevice::create_event() {
              : nullptr;
 }
 
+Event CudaDevice::create_timed_event() {
+  OnDevice on(device_);
+  RelaxedCapture relaxed;
+  cudaEvent_t e = nullptr;
+  return check(real_cudart().cudaEventCreateWithFlags(&e, cudaEventDefault), "cudaEventCreateWithFlags") ? e : nullptr;
+}
+
+std::optional<float> CudaDevice::elapsed_ms(Event from, Event to) {
+  OnDevice on(device_);
+  RelaxedCapture relaxed;
+  const RealCudart& rt = real_cudart();
+  if (!rt.cudaEventElapsedTime) return std::nullopt;
+  float ms = 0;
+  const cudaError_t e = rt.cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to));
+  if (e == cudaSuccess) return ms;
+  rt.cudaGetLastError();  // not ready yet (or failed): the framework must not see it as its error
+  return std::nullopt;
+}
+
 void CudaDevice::destroy_event(Event event) {
   if (event) real_cudart().cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }

@@ -14,7 +14,9 @@ class CudaDevice final : public Device {
   bool ok() const { return ok_; }
 
   Event create_event() override;
+  Event create_timed_event() override;
   void destroy_event(Event event) override;
+  std::optional<float> elapsed_ms(Event from, Event to) override;
   bool record(Event event, Stream stream) override;
   bool wait(Stream waiter, Event event) override;
   bool capturing(Stream stream) override;

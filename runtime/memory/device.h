@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace vcudnn::memory {
 
@@ -20,7 +21,13 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual Event create_event() = 0;  // nullptr on failure
+  // An event that also keeps the time its record ran, for elapsed_ms(). Recording one costs a little
+  // more; the runtime uses them only to measure how long a stream stood waiting for a copy.
+  virtual Event create_timed_event() = 0;
   virtual void destroy_event(Event event) = 0;
+  // Milliseconds from `from`'s record running to `to`'s (negative when `to` ran first); both timed
+  // events. nullopt while either has not run, or on failure. Never blocks.
+  virtual std::optional<float> elapsed_ms(Event from, Event to) = 0;
   // Records `event` after everything queued on `stream` so far. false on failure, or when the
   // stream is being captured into a CUDA graph (an event there would become part of the graph).
   virtual bool record(Event event, Stream stream) = 0;

@@ -11,6 +11,9 @@ Residency::Residency(pool::VmmArena& arena, pool::HostPool& host, Device& device
     : arena_(arena), host_(host), device_(device), order_(order) {
   out_id_ = order_.id_of(device_.out_stream());
   in_id_ = order_.id_of(device_.in_stream());
+  // Note [Timing the waits for vcudnn's copies]
+  order_.time_waits_on(out_id_);
+  order_.time_waits_on(in_id_);
 }
 
 bool Residency::take_host_blocks(Buffer* b) {
@@ -145,11 +148,51 @@ bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {
   return copy_back(b, consumer, {});
 }
 
+Residency::~Residency() {
+  for (Event e : all_events_) device_.destroy_event(e);
+}
+
+Event Residency::timed_event() {
+  if (!spare_events_.empty()) {
+    const Event e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  const Event e = device_.create_timed_event();
+  if (e) all_events_.push_back(e);
+  return e;
+}
+
+std::vector<Residency::CopyTime> Residency::take_copy_times() {
+  std::vector<CopyTime> out;
+  while (!timings_.empty()) {
+    const Timing& t = timings_.front();
+    const EventState s = device_.query(t.end);
+    if (s == EventState::kPending) break;
+    if (s == EventState::kDone) {
+      const std::optional<float> held = device_.elapsed_ms(t.pre, t.start);
+      const std::optional<float> copy = device_.elapsed_ms(t.start, t.end);
+      if (held && copy) out.push_back({t.bytes, *held, *copy});
+    }
+    spare_events_.insert(spare_events_.end(), {t.pre, t.start, t.end});
+    timings_.pop_front();
+  }
+  return out;
+}
+
 bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits) {
   const Stream in = device_.in_stream();
+  // Note [Timing the waits for vcudnn's copies]; at most a few hundred copies back in flight timed.
+  Timing timing;
+  const bool timed = time_back_ && timings_.size() < 256;
+  if (timed) {
+    timing = {timed_event(), timed_event(), timed_event(), b->bytes};
+    if (timing.pre && !device_.record(timing.pre, in)) timing.pre = nullptr;
+  }
   for (const pool::FreeTag& t : waits.tags()) {
     if (!order_.settled(t) && !order_.order(in, t)) order_.wait_host(t);
   }
+  if (timed && timing.start && !device_.record(timing.start, in)) timing.start = nullptr;
   bool ok = true;
   uint64_t off = 0;
   for (const pool::HostBlock& h : b->host) {
@@ -158,12 +201,22 @@ bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool:
     off += n;
   }
   if (!ok) {
+    for (Event e : {timing.pre, timing.start, timing.end})
+      if (e) spare_events_.push_back(e);
     // The copies queued so far must finish before the memory can go again: keep it mapped, idle
     // of meaning, until then; the bytes are still on the host.
     order_.wait_host(order_.mark(in_id_));
     unmap(b);
     ++stats_.failures;
     return false;
+  }
+  if (timed) {
+    if (timing.pre && timing.start && timing.end && device_.record(timing.end, in)) {
+      timings_.push_back(timing);
+    } else {
+      for (Event e : {timing.pre, timing.start, timing.end})
+        if (e) spare_events_.push_back(e);
+    }
   }
   b->ready = order_.mark(in_id_);
   last_in_ = b->ready;

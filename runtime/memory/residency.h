@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -59,6 +60,21 @@ class Residency {
   // Releases the host blocks of a buffer that is being freed.
   void drop_host_copy(Buffer* b);
 
+  // Note [Timing the waits for vcudnn's copies]: with timing on (VCUDNN_LOG_ITERATIONS), each copy
+  // back also records timed events on the in stream where the stream got to it, where the waits
+  // for the memory's previous holders had passed, and at its end: whether a late copy waited for
+  // them, or ran slow, or neither (then it was queued late, or behind other copies back).
+  void time_copies_back(bool on) { time_back_ = on; }
+  struct CopyTime {
+    uint64_t bytes = 0;
+    double held_ms = 0;  // the in stream waiting for the memory's previous holders
+    double copy_ms = 0;  // the copy itself
+  };
+  std::vector<CopyTime> take_copy_times();  // those whose end has run; never blocks
+  ~Residency();
+  Residency(const Residency&) = delete;
+  Residency& operator=(const Residency&) = delete;
+
   struct Stats {
     uint64_t evictions = 0;  // copies out finished and unmapped
     uint64_t restores = 0;
@@ -84,6 +100,14 @@ class Residency {
   uint32_t in_id_ = 0;                    // the device's in stream
   std::optional<pool::FreeTag> last_in_;  // the latest copy back queued
   Stats stats_;
+  struct Timing {
+    Event pre = nullptr, start = nullptr, end = nullptr;
+    uint64_t bytes = 0;
+  };
+  Event timed_event();
+  bool time_back_ = false;
+  std::deque<Timing> timings_;
+  std::vector<Event> spare_events_, all_events_;
 };
 
 }  // namespace vcudnn::memory

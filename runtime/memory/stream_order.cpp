@@ -74,9 +74,33 @@ void StreamOrder::poll(State& st) {
     // A failed query (the context is broken) cannot be waited out: treat the fence as passed.
     if (s == EventState::kFailed) ++stats_.failures;
     st.done = std::max(st.done, st.fences.front().seq);
-    free_events_.push_back(st.fences.front().event);
-    st.fences.pop_front();
+    drop_fence(st);
   }
+}
+
+void StreamOrder::drop_fence(State& st) {
+  const Event e = st.fences.front().event;
+  const bool timed = st.fences.front().timed;
+  st.fences.pop_front();
+  if (!timed) {
+    free_events_.push_back(e);
+  } else if (const auto it = probe_refs_.find(e); it != probe_refs_.end() && it->second > 0) {
+    orphans_.push_back(e);
+  } else {
+    free_timed_.push_back(e);
+  }
+}
+
+Event StreamOrder::take_event(bool timed) {
+  std::vector<Event>& spare = timed ? free_timed_ : free_events_;
+  if (!spare.empty()) {
+    const Event e = spare.back();
+    spare.pop_back();
+    return e;
+  }
+  const Event e = timed ? device_.create_timed_event() : device_.create_event();
+  if (e) all_events_.push_back(e);
+  return e;
 }
 
 // The earliest fence in flight that covers `seq`, else a new one covering everything queued so far.
@@ -90,21 +114,15 @@ const StreamOrder::Fence* StreamOrder::ensure_fence(State& st, uint64_t seq) {
     return &*it;
   }
   if (st.retired) return nullptr;  // retire() fenced every mark it had; none can be newer
-  Event e = nullptr;
-  if (!free_events_.empty()) {
-    e = free_events_.back();
-    free_events_.pop_back();
-  } else if ((e = device_.create_event()) != nullptr) {
-    all_events_.push_back(e);
-  }
+  const Event e = take_event(st.timed);
   // Per-thread default streams are fenced through the legacy stream (see the header).
   if (!e || !device_.record(e, st.per_thread ? nullptr : st.handle)) {
-    if (e) free_events_.push_back(e);
+    if (e) (st.timed ? free_timed_ : free_events_).push_back(e);
     ++stats_.failures;
     return nullptr;
   }
   ++stats_.fences;
-  st.fences.push_back({e, st.marks});
+  st.fences.push_back({e, st.marks, st.timed});
   st.fenced = st.marks;
   return &st.fences.back();
 }
@@ -178,7 +196,7 @@ bool StreamOrder::same_stream(Stream waiter, const State& st) const {
   return !st.per_thread && !is_per_thread(waiter) && normalised(waiter) == st.handle;
 }
 
-bool StreamOrder::order(Stream waiter, const pool::FreeTag& tag) {
+bool StreamOrder::order(Stream waiter, const pool::FreeTag& tag, uint64_t cookie) {
   std::lock_guard<std::mutex> lock(mu_);
   if (tag.stream == 0 || tag.stream > states_.size()) return true;
   State& st = state(tag.stream);
@@ -186,12 +204,69 @@ bool StreamOrder::order(Stream waiter, const pool::FreeTag& tag) {
   poll(st);
   if (tag.seq <= st.done) return true;
   const Fence* f = ensure_fence(st, tag.seq);
-  if (!f || !device_.wait(waiter, f->event)) {
+  if (!f) {
     ++stats_.failures;
     return false;
   }
+  // Note [Timing the waits for vcudnn's copies]
+  Event probe = nullptr;
+  if (f->timed && cookie != 0) {
+    if (probes_.size() < kMostProbes) probe = take_event(true);
+    if (probe && !device_.record(probe, waiter)) {
+      free_timed_.push_back(probe);
+      probe = nullptr;
+    }
+    if (!probe) ++stats_.untimed_waits;
+  }
+  if (!device_.wait(waiter, f->event)) {
+    if (probe) free_timed_.push_back(probe);  // recorded, never read: a later record replaces it
+    ++stats_.failures;
+    return false;
+  }
+  if (probe) {
+    probes_.push_back({probe, f->event, tag.stream, cookie});
+    ++probe_refs_[f->event];
+    ++stats_.timed_waits;
+  }
   ++stats_.stream_waits;
   return true;
+}
+
+void StreamOrder::time_waits_on(uint32_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id == 0 || id > states_.size()) return;
+  State& st = state(id);
+  st.timed = true;  // fences already in flight stay untimed, and are never probed
+}
+
+std::vector<StreamOrder::WaitSample> StreamOrder::take_waits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<WaitSample> out;
+  std::deque<Probe> pending;
+  for (const Probe& p : probes_) {
+    const EventState a = device_.query(p.probe);
+    const EventState b = device_.query(p.fence);
+    if (a == EventState::kPending || b == EventState::kPending) {
+      pending.push_back(p);
+      continue;
+    }
+    if (a == EventState::kDone && b == EventState::kDone) {
+      if (const std::optional<float> ms = device_.elapsed_ms(p.probe, p.fence))
+        out.push_back({p.stream, p.cookie, std::max(0.0, static_cast<double>(*ms))});
+    } else {
+      ++stats_.failures;
+    }
+    free_timed_.push_back(p.probe);
+    if (--probe_refs_[p.fence] == 0) {
+      probe_refs_.erase(p.fence);
+      if (const auto it = std::find(orphans_.begin(), orphans_.end(), p.fence); it != orphans_.end()) {
+        orphans_.erase(it);
+        free_timed_.push_back(p.fence);
+      }
+    }
+  }
+  probes_.swap(pending);
+  return out;
 }
 
 bool StreamOrder::wait_host(const pool::FreeTag& tag) {
@@ -226,10 +301,7 @@ void StreamOrder::settle(const Snapshot& snapshot) {
     State& st = state(id);
     st.done = std::max(st.done, marks);
     // Fences covered by the wait have completed: their events are free again.
-    while (!st.fences.empty() && st.fences.front().seq <= st.done) {
-      free_events_.push_back(st.fences.front().event);
-      st.fences.pop_front();
-    }
+    while (!st.fences.empty() && st.fences.front().seq <= st.done) drop_fence(st);
   }
 }
 

@@ -58,7 +58,25 @@ class StreamOrder {
   bool order_after_queued(Stream waiter, uint32_t id);
   // `waiter` waits on the device for `tag`; nothing when it is settled or `waiter` is the tag's own
   // stream. false when no fence could be recorded (the stream is being captured, or CUDA failed).
-  bool order(Stream waiter, const pool::FreeTag& tag);
+  // A wait on a timed stream's tag with a non-zero `cookie` is timed (take_waits()).
+  bool order(Stream waiter, const pool::FreeTag& tag, uint64_t cookie = 0);
+
+  // Note [Timing the waits for vcudnn's copies]
+  // Whether a copy came too late is a question about the device's clock, not the host's: the host
+  // usually runs ahead, so a copy not done when the host queues its consumer may still be done long
+  // before the consumer runs. Fences on a stream named here are timed events, and a timed wait
+  // (order() with a cookie) records a timed probe on the waiter just before its wait: once both
+  // have run, the fence's time less the probe's is how long the waiter stood still for the copy
+  // (nothing when negative). At most kMostProbes are in flight; the rest are not timed.
+  void time_waits_on(uint32_t id);
+  struct WaitSample {
+    uint32_t stream = 0;  // the tag's
+    uint64_t cookie = 0;
+    double waited_ms = 0;  // 0 when the copy was done before the waiter got there
+  };
+  // The timed waits whose probe and fence have both run since the last call. Never blocks.
+  std::vector<WaitSample> take_waits();
+  static constexpr size_t kMostProbes = 4096;
   // The host waits for `tag`. false on failure.
   bool wait_host(const pool::FreeTag& tag);
   // `stream` is about to be destroyed: a last fence covers its marks, and a new stream that gets
@@ -78,13 +96,16 @@ class StreamOrder {
     uint64_t stream_waits = 0;  // order() calls that made a stream wait
     uint64_t host_waits = 0;    // wait_host() calls that blocked
     uint64_t failures = 0;      // events that could not be made, recorded or queried
+    uint64_t timed_waits = 0;   // order() calls that recorded a probe
+    uint64_t untimed_waits = 0;  // order() calls with a cookie not timed (kMostProbes in flight)
   };
   Stats stats() const;
 
  private:
   struct Fence {
     Event event = nullptr;
-    uint64_t seq = 0;  // covers every mark up to this
+    uint64_t seq = 0;    // covers every mark up to this
+    bool timed = false;  // a timed event (its stream's waits are timed)
   };
   struct State {
     Stream handle = nullptr;  // normalised
@@ -93,7 +114,14 @@ class StreamOrder {
     uint64_t marks = 0;
     uint64_t done = 0;    // every mark up to this is settled
     uint64_t fenced = 0;  // the latest mark a fence was recorded for
+    bool timed = false;   // fences are timed events (time_waits_on)
     std::deque<Fence> fences;
+  };
+  struct Probe {
+    Event probe = nullptr;  // on the waiter, before its wait
+    Event fence = nullptr;
+    uint32_t stream = 0;
+    uint64_t cookie = 0;
   };
 
   // All below with mu_ held.
@@ -101,6 +129,8 @@ class StreamOrder {
   State& state(uint32_t id) { return states_[id - 1]; }
   void poll(State& st);
   const Fence* ensure_fence(State& st, uint64_t seq);
+  Event take_event(bool timed);
+  void drop_fence(State& st);  // the oldest fence has run: its event is free (unless a probe reads it)
   bool same_stream(Stream waiter, const State& st) const;
 
   Device& device_;
@@ -108,7 +138,11 @@ class StreamOrder {
   std::deque<State> states_;                  // by id - 1
   std::unordered_map<Stream, uint32_t> ids_;  // live handles
   std::vector<Event> free_events_;
+  std::vector<Event> free_timed_;  // timed events: fences of timed streams, and probes
   std::vector<Event> all_events_;
+  std::deque<Probe> probes_;
+  std::unordered_map<Event, uint32_t> probe_refs_;  // a timed fence's probes not yet read
+  std::vector<Event> orphans_;                      // fences that ran while probes still read them
   Stats stats_;
 };
 

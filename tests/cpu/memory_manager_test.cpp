@@ -364,6 +364,60 @@ TEST_CASE("residency: waiting for one copy out does not wait for the copies queu
   CHECK_MSG_ERRORS(dev);
 }
 
+// Note [Timing the waits for vcudnn's copies]: how long a stream stood still for a copy is read
+// from the device's clock; the host's view (copy not done when the wait was queued) says nothing.
+TEST_CASE("residency: a wait for a copy is timed on the device", "[memory]") {
+  ResidencyRig rig;
+  auto& [dev, arena, host, order, residency] = rig;
+  REQUIRE(host.reserve(64 * kMiB));
+  const Stream s = test::SimDevice::stream(1), w = test::SimDevice::stream(2);
+  const Stream out = dev.out_stream();
+  const auto evict = [&](Buffer& b) {
+    const auto a = arena.allocate(4 * kG, pool::Lifetime::kShort);
+    REQUIRE(a);
+    b.address = a->address, b.bytes = 4 * kG, b.span = a->bytes, b.large = true;
+    b.streams.store(StreamOrder::bit_of(order.id_of(s)));
+    dev.write(s, b.address, b.bytes, 5);
+    b.state.store(BufferState::kEvicting);
+    REQUIRE(residency.start_eviction({&b}).size() == 1);
+  };
+  // x: the waiter gets to its wait first and stands still while s and the copy run.
+  Buffer x;
+  evict(x);
+  REQUIRE(order.order(w, x.copied_out, 5));
+  CHECK(order.take_waits().empty());  // nothing has run
+  CHECK(dev.run_stream(w) == 1);      // the probe; the wait holds
+  const int ran = dev.run_stream(s) + dev.run_stream(out);
+  REQUIRE(ran >= 2);
+  dev.run_all();
+  std::vector<StreamOrder::WaitSample> waits = order.take_waits();
+  REQUIRE(waits.size() == 1);
+  CHECK(waits[0].cookie == 5);
+  CHECK(waits[0].stream == order.id_of(out));
+  CHECK(waits[0].waited_ms == Approx(ran));  // one simulated millisecond an operation
+  CHECK(order.take_waits().empty());         // taken once
+  // y: the copy has run on the device before the waiter, busy with a kernel, gets there, though the
+  // host saw it pending when it queued the wait: waited 0.
+  Buffer y;
+  evict(y);
+  dev.write(w, x.address, kG, 1);  // x is no one's now: the kernel only keeps w busy
+  REQUIRE(order.order(w, y.copied_out, 6));
+  // Untimed: no cookie, or the tag of a stream whose waits are not timed.
+  const Stream v = test::SimDevice::stream(3);
+  REQUIRE(order.order(v, y.copied_out));
+  dev.write(s, y.address, kG, 7);
+  REQUIRE(order.order(v, order.mark(order.id_of(s)), 8));
+  dev.run_stream(s);
+  dev.run_stream(out);
+  dev.run_all();
+  waits = order.take_waits();
+  REQUIRE(waits.size() == 1);
+  CHECK(waits[0].cookie == 6);
+  CHECK(waits[0].waited_ms == 0);
+  CHECK(order.stats().timed_waits == 2);
+  CHECK_MSG_ERRORS(dev);
+}
+
 TEST_CASE("memory manager: explicit evict and restore round trip, and free of an evicted buffer", "[memory]") {
   Active on;
   SimDevice dev(kG, 16);

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -151,7 +152,23 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
     events_[id] = EventRec{};
     return reinterpret_cast<memory::Event>(id);
   }
+  // Timed events keep the simulated clock (one tick a millisecond, one tick for each operation run)
+  // at which their record ran.
+  memory::Event create_timed_event() override {
+    memory::Event e = create_event();
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.at(id(e)).timed = true;
+    return e;
+  }
   void destroy_event(memory::Event) override {}
+  std::optional<float> elapsed_ms(memory::Event from, memory::Event to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const EventRec& a = events_.at(id(from));
+    const EventRec& b = events_.at(id(to));
+    if (!a.timed || !b.timed || a.done_generation < a.generation || b.done_generation < b.generation)
+      return std::nullopt;
+    return static_cast<float>(static_cast<double>(b.ran_at) - static_cast<double>(a.ran_at));
+  }
   bool record(memory::Event e, memory::Stream s) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (capturing_.count(s)) return false;  // CudaDevice refuses: the event would become a node of the graph
@@ -335,6 +352,8 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   struct EventRec {
     uint64_t generation = 0;       // of the latest record
     uint64_t done_generation = 0;  // latest record that has run
+    bool timed = false;
+    uint64_t ran_at = 0;  // clock_ when the latest record ran
   };
 
   static uintptr_t id(memory::Event e) { return reinterpret_cast<uintptr_t>(e); }
@@ -363,10 +382,12 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   }
 
   void execute(const Op& op) {
+    ++clock_;
     switch (op.kind) {
       case Op::kRecord: {
         EventRec& rec = events_.at(op.event);
         rec.done_generation = std::max(rec.done_generation, op.generation);
+        rec.ran_at = clock_;
         return;
       }
       case Op::kWait:
@@ -446,6 +467,7 @@ class SimDevice final : public pool::PhysicalBackend, public pool::HostBackend, 
   std::vector<std::unique_ptr<uint8_t[]>> host_;
   uintptr_t next_event_ = 1;
   std::map<uintptr_t, EventRec> events_;
+  uint64_t clock_ = 0;  // operations run
   std::map<memory::Stream, std::deque<Op>> queues_;
   std::set<memory::Stream> capturing_;
 };
