@@ -476,6 +476,30 @@ Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, c
 
 }  // namespace
 
+size_t schedule_prefetches_early(const SpanModel& m, OffloadPlan& plan) {
+  if (plan.policy != OffloadPolicy::kVcudnn || plan.moves.empty()) return 0;
+  std::vector<size_t> order(plan.moves.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair(plan.moves[a].next_use, a) < std::pair(plan.moves[b].next_use, b);
+  });
+  std::vector<uint64_t> present = simulate(m, plan.moves);
+  size_t lane = 0;  // the previous copy back's call: the lane takes them in the order of their uses
+  size_t moved = 0;
+  for (size_t k : order) {
+    OffloadMove& mv = plan.moves[k];
+    const size_t lowest = std::max(mv.off_from + 1, lane);
+    size_t at = mv.prefetch_at;
+    while (at > lowest && present[at - 1] + mv.bytes <= plan.budget) --at;
+    for (size_t p = at; p < mv.prefetch_at; ++p) present[p] += mv.bytes;
+    if (at != mv.prefetch_at) ++moved;
+    mv.prefetch_at = at;
+    lane = std::max(lane, at);
+  }
+  finish(m, plan);
+  return moved;
+}
+
 size_t schedule_prefetches(const Trace& trace, const SpanModel& m, OffloadPlan& plan, const LinkModel& link,
                            double default_call_ms) {
   if (plan.policy != OffloadPolicy::kVcudnn || link.host_to_device_gbps <= 0 || plan.moves.empty()) return 0;

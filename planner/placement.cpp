@@ -363,7 +363,7 @@ Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, u
         if (!closest) refused = plan.error().message;
         break;  // below the least budget: more moves cannot help
       }
-      schedule_prefetches(trace, model, plan.value(), link, default_call_ms);
+      schedule_prefetches_early(model, plan.value());  // Note [Prefetches as early as the budget allows]
       if (hold) hold_until_copied(trace, model, plan.value(), link, default_call_ms);
       PlacedPlan placed{std::move(plan.value()), {}, target, hold};
       placed.placement = place_buffers(trace, lifetimes, model, placed.plan.moves, options.granule);

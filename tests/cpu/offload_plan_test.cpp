@@ -420,6 +420,38 @@ TEST_CASE("offload plan timing: the compute lane, stalls for late copies back, a
     CHECK(t.stall_ms <= copies_back);
     CHECK(t.step_ms < compute * 1.1);  // 0.76 ms at most for the 40 MiB map over a 13.35 ms step
   }
+  // Note [Prefetches as early as the budget allows]
+  SECTION("prefetches as early as the budget allows: each from the first call the budget holds, in the order of uses") {
+    for (const uint64_t percent : {90, 70, 50}) {
+      OffloadPlan p = plan_ok(c.b.t, peak * percent / 100, OffloadPolicy::kVcudnn);
+      REQUIRE_FALSE(p.moves.empty());
+      const OffloadPlan late = p;
+      schedule_prefetches_early(m, p);
+      INFO(percent << "%");
+      CHECK(check_plan(m, p) == "");
+      CHECK(p.fits);
+      std::vector<size_t> order(p.moves.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return p.moves[a].next_use < p.moves[b].next_use; });
+      size_t lane = 0, earlier = 0;
+      for (size_t k : order) {
+        const OffloadMove& mv = p.moves[k];
+        CHECK(mv.prefetch_at <= late.moves[k].prefetch_at);
+        earlier += mv.prefetch_at < late.moves[k].prefetch_at;
+        CHECK(mv.prefetch_at >= lane);  // the lane's order is the uses' order
+        // One call earlier breaks the budget, or comes before its copy out or the copy ahead of it.
+        if (mv.prefetch_at > std::max(mv.off_from + 1, lane)) {
+          OffloadPlan q = p;
+          --q.moves[k].prefetch_at;
+          finish_plan(m, q);
+          CHECK_FALSE(q.fits);
+        }
+        lane = mv.prefetch_at;
+      }
+      if (percent < 90) CHECK(earlier > 0);
+    }
+  }
   SECTION("the timeline as Chrome trace JSON: three lanes, one event per call and per copy") {
     OffloadPlan p = plan_ok(c.b.t, peak * 7 / 10, OffloadPolicy::kVcudnn);
     const PlanTimeline t = time_plan(c.b.t, m, p, kAssumedLink);
