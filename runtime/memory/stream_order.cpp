@@ -211,6 +211,7 @@ bool StreamOrder::order(Stream waiter, const pool::FreeTag& tag, uint64_t cookie
   // Note [Timing the waits for vcudnn's copies]
   Event probe = nullptr;
   if (f->timed && cookie != 0) {
+    if (probes_.size() >= kMostProbes) read_probes(false);
     if (probes_.size() < kMostProbes) probe = take_event(true);
     if (probe && !device_.record(probe, waiter)) {
       free_timed_.push_back(probe);
@@ -241,12 +242,28 @@ void StreamOrder::time_waits_on(uint32_t id) {
 
 std::vector<StreamOrder::WaitSample> StreamOrder::take_waits() {
   std::lock_guard<std::mutex> lock(mu_);
+  read_probes(true);
   std::vector<WaitSample> out;
+  out.swap(samples_);
+  return out;
+}
+
+// With mu_ held: the probes whose probe and fence have both run become samples (the newest
+// kMostProbes kept for take_waits(), so that nobody taking them costs only what they hold).
+// `all`: every probe is looked at; else only the oldest ones, up to the first still pending (cheap
+// when the device is far behind).
+void StreamOrder::read_probes(bool all) {
+  std::vector<WaitSample>& out = samples_;
   std::deque<Probe> pending;
-  for (const Probe& p : probes_) {
+  for (size_t k = 0; k < probes_.size(); ++k) {
+    const Probe& p = probes_[k];
     const EventState a = device_.query(p.probe);
     const EventState b = device_.query(p.fence);
     if (a == EventState::kPending || b == EventState::kPending) {
+      if (!all) {
+        pending.insert(pending.end(), probes_.begin() + static_cast<std::ptrdiff_t>(k), probes_.end());
+        break;
+      }
       pending.push_back(p);
       continue;
     }
@@ -266,7 +283,7 @@ std::vector<StreamOrder::WaitSample> StreamOrder::take_waits() {
     }
   }
   probes_.swap(pending);
-  return out;
+  if (out.size() > kMostProbes) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(kMostProbes));
 }
 
 bool StreamOrder::wait_host(const pool::FreeTag& tag) {

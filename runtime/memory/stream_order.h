@@ -67,7 +67,8 @@ class StreamOrder {
   // before the consumer runs. Fences on a stream named here are timed events, and a timed wait
   // (order() with a cookie) records a timed probe on the waiter just before its wait: once both
   // have run, the fence's time less the probe's is how long the waiter stood still for the copy
-  // (nothing when negative). At most kMostProbes are in flight; the rest are not timed.
+  // (nothing when negative). At most kMostProbes are in flight (the rest are not timed) and as
+  // many samples are kept for take_waits(), the newest.
   void time_waits_on(uint32_t id);
   struct WaitSample {
     uint32_t stream = 0;  // the tag's
@@ -130,7 +131,8 @@ class StreamOrder {
   void poll(State& st);
   const Fence* ensure_fence(State& st, uint64_t seq);
   Event take_event(bool timed);
-  void drop_fence(State& st);  // the oldest fence has run: its event is free (unless a probe reads it)
+  void drop_fence(State& st);
+  void read_probes(bool all);  // the oldest fence has run: its event is free (unless a probe reads it)
   bool same_stream(Stream waiter, const State& st) const;
 
   Device& device_;
@@ -141,6 +143,7 @@ class StreamOrder {
   std::vector<Event> free_timed_;  // timed events: fences of timed streams, and probes
   std::vector<Event> all_events_;
   std::deque<Probe> probes_;
+  std::vector<WaitSample> samples_;                 // read, not yet taken
   std::unordered_map<Event, uint32_t> probe_refs_;  // a timed fence's probes not yet read
   std::vector<Event> orphans_;                      // fences that ran while probes still read them
   Stats stats_;

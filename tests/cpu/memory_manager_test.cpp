@@ -418,6 +418,26 @@ TEST_CASE("residency: a wait for a copy is timed on the device", "[memory]") {
   CHECK_MSG_ERRORS(dev);
 }
 
+TEST_CASE("stream order: timed waits nobody takes keep only the newest samples", "[memory]") {
+  SimDevice dev(kG, 4);
+  StreamOrder order{dev};
+  const uint32_t out = order.id_of(dev.out_stream());
+  order.time_waits_on(out);
+  const Stream w = test::SimDevice::stream(1);
+  const size_t n = 2 * StreamOrder::kMostProbes + 10;
+  for (size_t k = 0; k < n; ++k) {
+    REQUIRE(order.order(w, order.mark(out), k + 1));
+    if (k % 64 == 63) dev.run_all();
+  }
+  dev.run_all();
+  CHECK(order.stats().timed_waits == n);  // the device kept up: probes were read as they ran
+  const std::vector<StreamOrder::WaitSample> waits = order.take_waits();
+  REQUIRE(waits.size() == StreamOrder::kMostProbes);
+  CHECK(waits.back().cookie == n);  // the newest kept
+  CHECK(order.take_waits().empty());
+  CHECK_MSG_ERRORS(dev);
+}
+
 TEST_CASE("memory manager: explicit evict and restore round trip, and free of an evicted buffer", "[memory]") {
   Active on;
   SimDevice dev(kG, 16);
