@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -190,8 +191,29 @@ uint64_t lay_out(std::vector<PlacedBuffer>& todo, const std::vector<size_t>& ord
 
 }  // namespace
 
+// Note [Searching for a layout that fits]
+// The four orders of place_buffers() leave ResNet-50's pool within 1-4 % of the most placed bytes on
+// the device at once, but VGG-16 b64's (103 buffers, the largest 784 and 1568 MiB) 18 % above it:
+// at 90 % of its peak no plan's layout fitted the budget, and the arena served every buffer (2.43x
+// PyTorch alone, ten host waits a step). Laying out in orders of bytes x time scaled by a random
+// factor each (0-2, a fixed seed: the same iteration gets the same layout) finds much tighter
+// ones there: for the plan for 92 % of that budget a pool of 4358 MiB in 2000 tries against 4754,
+// for 88 % 4008 against 4656 (a layout's cost grows with the square of the buffers: 0.07 ms each
+// for VGG-16, 0.85 for ResNet-50's 383). So plan_placed() searches only when no plan's layout
+// fitted in the orders above, and at most ~30 ms of tries a layout.
+namespace {
+
+constexpr uint64_t kLayoutSeed = 0x5eed;
+
+size_t search_tries(size_t buffers) {
+  const double per_try = static_cast<double>(buffers) * static_cast<double>(buffers);  // ~6 ns each
+  return std::clamp<size_t>(static_cast<size_t>(5e6 / std::max(1.0, per_try)), 8, 2000);
+}
+
+}  // namespace
+
 Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
-                        const std::vector<OffloadMove>& moves, uint64_t granule) {
+                        const std::vector<OffloadMove>& moves, uint64_t granule, uint64_t fit) {
   Placement out;
   out.granule = granule;
   std::vector<PlacedBuffer> todo = placeable(trace, lifetimes, model, moves, granule);
@@ -215,6 +237,25 @@ Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const Sp
     if (pool < best_pool) {
       best_pool = pool;
       best = todo;
+    }
+  }
+  // Note [Searching for a layout that fits]
+  if (fit && !todo.empty()) {
+    out.buffers = best;
+    summarise(model, moves, out);  // other_peak does not depend on the offsets
+    std::mt19937_64 rng(kLayoutSeed);
+    std::uniform_real_distribution<double> scale(0.0, 2.0);
+    std::vector<double> key(todo.size());
+    std::vector<size_t> order(todo.size());
+    for (size_t tries = search_tries(todo.size()); tries > 0 && best_pool + out.other_peak > fit; --tries) {
+      for (size_t k = 0; k < todo.size(); ++k) key[k] = static_cast<double>(keys[0][k]) * scale(rng);
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
+      const uint64_t pool = lay_out(todo, order);
+      if (pool < best_pool) {
+        best_pool = pool;
+        best = todo;
+      }
     }
   }
   out.buffers = std::move(best);
@@ -355,26 +396,31 @@ Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, u
   const uint64_t step = std::max<uint64_t>(options.granule, budget / 100);
   std::optional<PlacedPlan> closest, best;
   std::string refused;
-  for (const bool hold : {true, false}) {
-    for (uint64_t target = budget; target >= step; target -= step) {
-      Result<OffloadPlan> plan =
-          plan_offload(trace, lifetimes, target, OffloadPolicy::kVcudnn, options, link, default_call_ms);
-      if (!plan) {
-        if (!closest) refused = plan.error().message;
-        break;  // below the least budget: more moves cannot help
+  // Note [Searching for a layout that fits]: a second pass searches for layouts when none fitted.
+  for (const bool search : {false, true}) {
+    if (search && best) break;
+    for (const bool hold : {true, false}) {
+      for (uint64_t target = budget; target >= step; target -= step) {
+        Result<OffloadPlan> plan =
+            plan_offload(trace, lifetimes, target, OffloadPolicy::kVcudnn, options, link, default_call_ms);
+        if (!plan) {
+          if (!closest) refused = plan.error().message;
+          break;  // below the least budget: more moves cannot help
+        }
+        schedule_prefetches_early(model, plan.value());  // Note [Prefetches as early as the budget allows]
+        if (hold) hold_until_copied(trace, model, plan.value(), link, default_call_ms);
+        PlacedPlan placed{std::move(plan.value()), {}, target, hold};
+        placed.placement =
+            place_buffers(trace, lifetimes, model, placed.plan.moves, options.granule, search ? budget : 0);
+        if (placed.placement.total() <= budget) {
+          const PlanTimeline t = time_placed(trace, model, placed.plan, placed.placement, link, default_call_ms);
+          placed.step_ms = t.step_ms;
+          placed.handover_ms = t.room_ms;
+          if (!best || placed.step_ms < best->step_ms) best = std::move(placed);
+          break;
+        }
+        if (!closest || placed.placement.total() < closest->placement.total()) closest = std::move(placed);
       }
-      schedule_prefetches_early(model, plan.value());  // Note [Prefetches as early as the budget allows]
-      if (hold) hold_until_copied(trace, model, plan.value(), link, default_call_ms);
-      PlacedPlan placed{std::move(plan.value()), {}, target, hold};
-      placed.placement = place_buffers(trace, lifetimes, model, placed.plan.moves, options.granule);
-      if (placed.placement.total() <= budget) {
-        const PlanTimeline t = time_placed(trace, model, placed.plan, placed.placement, link, default_call_ms);
-        placed.step_ms = t.step_ms;
-        placed.handover_ms = t.room_ms;
-        if (!best || placed.step_ms < best->step_ms) best = std::move(placed);
-        break;
-      }
-      if (!closest || placed.placement.total() < closest->placement.total()) closest = std::move(placed);
     }
   }
   if (best) return std::move(*best);

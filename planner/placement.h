@@ -83,9 +83,11 @@ struct Placement {
   uint64_t first_mappings = 0;
 };
 
-// Lays out the span's placeable buffers under `moves` (an offload plan's, or none).
+// Lays out the span's placeable buffers under `moves` (an offload plan's, or none). `fit` (0: none):
+// while the layout needs more than that (pool and what stays outside it), more orders are tried
+// (Note [Searching for a layout that fits]).
 Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
-                        const std::vector<OffloadMove>& moves, uint64_t granule);
+                        const std::vector<OffloadMove>& moves, uint64_t granule, uint64_t fit = 0);
 
 // What a layout must keep: offsets aligned to the granule and within the pool, no two placed
 // buffers on the device at one position sharing a byte, each buffer's residency its life less its

@@ -266,6 +266,37 @@ TEST_CASE(
   }
 }
 
+// Note [Searching for a layout that fits]: VGG-16 batch 64 (tests/data/vgg16_b64_trace.json,
+// recorded on the H100 on 2026-11-24) has feature maps of 784 and 1568 MiB, which the fixed orders
+// pack loosely: at the budget the runtime plans for at 90 % of PyTorch's live peak, no layout fitted.
+TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits is searched for", "[placement]") {
+  auto read = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
+  REQUIRE(read.ok());
+  const Trace& t = read.value();
+  const Lifetimes l = lifetimes(t);
+  OffloadOptions options;
+  options.replayable_only = true;
+  const SpanModel m = span_model(t, l, options);
+  const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
+  const uint64_t budget = 5527 * kMiB;  // 90 % of 6.09 GiB less 1/64 of it
+  auto r = plan_placed(t, l, budget, options, link, 0.005);
+  INFO((r ? "" : r.error().message));
+  REQUIRE(r.ok());
+  const PlacedPlan& p = r.value();
+  CHECK(check_placement(m, p.plan.moves, p.placement).empty());
+  CHECK(p.placement.total() <= budget);
+  // The fixed orders alone do not fit this plan's buffers.
+  const Placement fixed = place_buffers(t, l, m, p.plan.moves, options.granule);
+  CHECK(fixed.total() > budget);
+  CHECK(fixed.other_peak == p.placement.other_peak);
+  // The search is seeded: the same iteration gets the same layout.
+  auto again = plan_placed(t, l, budget, options, link, 0.005);
+  REQUIRE(again.ok());
+  REQUIRE(again->placement.buffers.size() == p.placement.buffers.size());
+  for (size_t k = 0; k < p.placement.buffers.size(); ++k)
+    CHECK(again->placement.buffers[k].offset == p.placement.buffers[k].offset);
+}
+
 TEST_CASE("vcudnn plan --placement: the plan a static placement needs, the pool and the driver calls",
           "[placement][cli]") {
   const std::string cli = test::exe_dir() + "/vcudnn";
