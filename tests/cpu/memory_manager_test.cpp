@@ -438,6 +438,58 @@ TEST_CASE("stream order: timed waits nobody takes keep only the newest samples",
   CHECK_MSG_ERRORS(dev);
 }
 
+// Note [Timing the waits for vcudnn's copies]: a planned copy back is late when its use stands for it
+// on the device, whatever the host saw. A plan by hand: A (4 granules) out after its first use, back
+// before its second; the device runs the use first (late: the prefetch moves earlier), or the copy
+// first (on time, though the host saw it pending either way).
+TEST_CASE(
+    "memory manager: a planned copy back is late when the device stands for it, not when the host sees it "
+    "pending",
+    "[memory][replay]") {
+  for (const bool use_first : {true, false}) {
+    INFO((use_first ? "the use reaches its wait first" : "the copy back runs first"));
+    Active on;
+    SimDevice dev(kG, 16);
+    MemoryManager m(dev, dev, dev, config(16 * kG));
+    ReplayScript script;
+    script.events = 7;  // A1 use(A) A2 use(B) F2 use(A) F1
+    script.steps = {{true, 4 * kG, 0}, {true, kG, 2}, {false, kG, 4}, {false, 4 * kG, 6}};
+    script.alloc_uses = {{1, 5}, {3}};
+    script.anchor = 1;
+    script.targets = {{false, 0, 0, 4 * kG}};
+    script.actions = {{2, ReplayAction::kOffload, 0, 2}, {4, ReplayAction::kPrefetch, 0, 3}};
+    m.install_replay(script);
+    Program p{m, dev};
+    const Stream s = stream_n(1);
+    const auto a = m.allocate(4 * kG, s, Origin::kFramework);
+    REQUIRE(a);
+    REQUIRE(p.write(*a, 4 * kG, 1, s));
+    const auto b = m.allocate(kG, s, Origin::kFramework);  // A's copy out is due here
+    REQUIRE(b);
+    REQUIRE(p.write(*b, kG, 2, s));
+    dev.run_all();
+    m.synchronized(m.stream_marks(std::nullopt));  // A's copy out is done: A is off the device
+    REQUIRE(m.free(*b, s));                        // A's copy back is due here
+    REQUIRE(m.stats().prefetches == 1);
+    REQUIRE(p.check(*a, 4 * kG, 1, s));  // the host sees the copy back pending: s waits for it
+    if (use_first) dev.run_stream(s);    // up to the wait, before the copy back runs
+    dev.run_stream(dev.in_stream());
+    dev.run_all();
+    REQUIRE(m.free(*a, s));  // the iteration ends: its timed waits are read
+    const ManagerStats st = m.stats();
+    const std::optional<ReplayStats> r = m.replay_stats();
+    REQUIRE(r);
+    CHECK(r->iterations == 1);
+    CHECK(st.back_waits_timed == 1);
+    CHECK(st.back_waits_late == (use_first ? 1u : 0u));
+    CHECK((st.back_wait_ns > 0) == use_first);
+    CHECK(r->late_prefetches == (use_first ? 1u : 0u));
+    CHECK(r->moved_earlier == (use_first ? 1u : 0u));  // event 4 -> 3, its earliest
+    CHECK(m.host_waits().total() == 0);
+    CHECK_MSG_ERRORS(dev);
+  }
+}
+
 TEST_CASE("memory manager: explicit evict and restore round trip, and free of an evicted buffer", "[memory]") {
   Active on;
   SimDevice dev(kG, 16);
