@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -229,16 +230,18 @@ Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const Sp
   }
   std::vector<PlacedBuffer> best;
   uint64_t best_pool = UINT64_MAX;
-  for (const std::vector<uint64_t>& key : keys) {
-    std::vector<size_t> order(todo.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::vector<size_t> order(todo.size());
+  // Lays the buffers out largest key first (ties in their own order); keeps the smallest pool.
+  auto try_order = [&](const auto& key) {
+    std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
     const uint64_t pool = lay_out(todo, order);
     if (pool < best_pool) {
       best_pool = pool;
       best = todo;
     }
-  }
+  };
+  for (const std::vector<uint64_t>& key : keys) try_order(key);
   // Note [Searching for a layout that fits]
   if (fit && !todo.empty()) {
     out.buffers = best;
@@ -246,16 +249,9 @@ Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const Sp
     std::mt19937_64 rng(kLayoutSeed);
     std::uniform_real_distribution<double> scale(0.0, 2.0);
     std::vector<double> key(todo.size());
-    std::vector<size_t> order(todo.size());
     for (size_t tries = search_tries(todo.size()); tries > 0 && best_pool + out.other_peak > fit; --tries) {
       for (size_t k = 0; k < todo.size(); ++k) key[k] = static_cast<double>(keys[0][k]) * scale(rng);
-      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
-      const uint64_t pool = lay_out(todo, order);
-      if (pool < best_pool) {
-        best_pool = pool;
-        best = todo;
-      }
+      try_order(key);
     }
   }
   out.buffers = std::move(best);
