@@ -534,6 +534,7 @@ void MemoryManager::install_replay(ReplayScript script) {
   placed_ = std::move(pool);
   if (installs_++ > 0) ++counters_.replans;
   judged_iterations_ = 0;
+  waits_taken_iterations_ = 0;
   reported_iterations_ = 0;
   replan_wanted_.store(0, std::memory_order_relaxed);
   for (const auto& [addr, b] : live_) replay->bind_persistent(b);
@@ -555,7 +556,10 @@ void MemoryManager::judge_iteration() {
   const Replayer* replay = replay_.load(std::memory_order_acquire);
   if (!replay) return;
   const uint64_t done = replay->iterations_done();
-  if (done != judged_iterations_ || (config_.log_iterations && done != reported_iterations_)) take_copy_waits();
+  if (done != waits_taken_iterations_) {
+    waits_taken_iterations_ = done;
+    take_copy_waits();
+  }
   if (config_.log_iterations && done != reported_iterations_) {
     reported_iterations_ = done;
     report_due_.store(true, std::memory_order_relaxed);

@@ -340,6 +340,7 @@ class MemoryManager {
   std::function<void(uint64_t)> replanner_;  // under mu_
   std::atomic<uint64_t> replan_wanted_{0};   // the help counted, when a re-plan is due
   uint64_t judged_iterations_ = 0;           // the current script's iterations_done() last judged
+  uint64_t waits_taken_iterations_ = 0;      // ... whose copies' timed waits were last taken
   uint64_t help_at_judge_ = 0;               // on-demand evictions + fault-ins then
   uint64_t installs_ = 0;
   std::vector<std::unique_ptr<Replayer>> replaced_;
