@@ -2,6 +2,8 @@
 #include "planner/offload_plan.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -624,19 +626,68 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
     const size_t off = plan.moves[i].off_from;
     if (off < n && out_end[i] > t.call_start_ms[off]) ++t.late_offloads;
   }
-  // The bound (Note [The lower bound]).
-  const std::vector<uint64_t> none = simulate(m, {});
-  t.lower_bound_ms = t.compute_ms;
-  double before = 0;  // the compute of the calls before p
-  for (size_t p = 0; p < n; ++p) {
-    if (none[p] > plan.budget) {
-      const double e = static_cast<double>(none[p] - plan.budget);
-      const double after = t.compute_ms - before;  // p and the calls after it
-      t.lower_bound_ms = std::max({t.lower_bound_ms, e / d2h + after, before + e / h2d, e / d2h + e / h2d});
-    }
-    before += duration[p];
-  }
+  t.lower_bound_ms = lower_bound_ms(m, duration, plan.budget, d2h, h2d);
   return t;
+}
+
+namespace {
+
+// Bytes that may leave (or come back) from `at` on, each buffer whole or in part.
+struct Ready {
+  double at = 0;
+  double bytes = 0;
+};
+
+// The least time by which one lane at `rate` (bytes per ms) can have moved `bytes` of `ready`:
+// earliest-ready first, idle only while nothing is ready. Infinity when they hold fewer bytes.
+double least_time_to_move(std::vector<Ready>& ready, double bytes, double rate) {
+  std::sort(ready.begin(), ready.end(), [](const Ready& a, const Ready& b) { return a.at < b.at; });
+  double now = 0, moved = 0;
+  for (const Ready& r : ready) {
+    now = std::max(now, r.at);
+    if (moved + r.bytes >= bytes) return now + (bytes - moved) / rate;
+    now += r.bytes / rate;
+    moved += r.bytes;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+// Note [The lower bound]
+double lower_bound_ms(const SpanModel& m, const std::vector<double>& duration, uint64_t budget, double d2h,
+                      double h2d) {
+  const size_t n = m.seqs.size();
+  const std::vector<uint64_t> none = simulate(m, {});
+  const std::vector<double> start = start_times(duration);
+  const double compute = n ? start[n - 1] + duration[n - 1] : 0.0;
+  double bound = compute;
+  std::vector<Ready> out, back;
+  for (size_t p = 0; p < n; ++p) {
+    if (none[p] <= budget) continue;
+    const double e = static_cast<double>(none[p] - budget);
+    const double before = start[p], after = compute - before;  // after: p and the calls after it
+    // Who can be off the device at p: a movable buffer alive then, not used by p, between two uses.
+    // Its copy out starts when the use before p has run at the earliest; its copy back ends before
+    // the use after p starts, which leaves at least the compute from that use on.
+    out.clear();
+    back.clear();
+    for (const SpanModel::Life& l : m.lives) {
+      if (!l.movable || l.first > p || l.last < p) continue;
+      const auto next = std::lower_bound(l.uses.begin(), l.uses.end(), p);
+      if (next == l.uses.begin() || next == l.uses.end() || *next == p) continue;
+      const size_t last = *(next - 1);
+      out.push_back({start[last] + duration[last], static_cast<double>(l.bytes)});
+      back.push_back({compute - start[*next], static_cast<double>(l.bytes)});
+    }
+    const double gone = least_time_to_move(out, e, d2h);   // the earliest p can start
+    const double tail = least_time_to_move(back, e, h2d);  // from p's end: back, then the compute after
+    if (std::isfinite(gone) && std::isfinite(tail))
+      bound = std::max(bound, std::max(before, gone) + duration[p] + std::max(after - duration[p], tail));
+    else  // no plan fits this budget (offload_bound() says so); the bytes alone
+      bound = std::max({bound, e / d2h + after, before + e / h2d, e / d2h + e / h2d});
+  }
+  return bound;
 }
 
 std::string timeline_json(const SpanModel& m, const OffloadPlan& plan, const PlanTimeline& t) {

@@ -150,17 +150,27 @@ struct PlanTimeline {
   // Note [The lower bound]
   // The least time any plan for the budget can take in this model. At every call p over the budget
   // without a plan, its excess e_p must be off the device before p starts and come back after p
-  // has started; the copies cannot begin before the iteration does, and no call waits for nothing:
-  // the step takes at least the compute; e_p / device-to-host + the compute of p and the calls after
-  // it (p cannot start before e_p has gone out); the compute before p + e_p / host-to-device (the
-  // copies back start once p has); and e_p / device-to-host + e_p / host-to-device (the same bytes
-  // go out before p and come back after it, so the two cannot overlap). The largest over every p.
-  // (Before 2026-11-23 the bound took the largest e_p alone, which ignores that the excess at the
-  // turn from forward to backward must go out during the forward pass: ResNet-50 b64 at 80% has
-  // 1.1 GiB to move in its ~13 ms forward pass, 0.7 GiB of which the link can carry in that
-  // time.)
+  // has ended, and no call waits for nothing. Only buffers that some plan could have off the device
+  // at p count: movable, alive at p, not used by p, with a use before p and one after it (a plan
+  // moves a buffer between two uses). Out: a buffer's copy out starts when its use before p has
+  // run, at the earliest (the calls back to back without stalls); so e_p can be off the device no
+  // earlier than one device-to-host lane moving those bytes, the earliest-ready first, can have
+  // moved e_p of them (whole buffers or parts of them: a relaxation), and p starts no earlier than
+  // that or its place in the compute. Back: a buffer must be back before its next use starts, after
+  // which at least the compute from that use on remains; the same lane argument, run from the end
+  // of the step backwards, gives the least time from p's end to the step's end. So the step takes
+  // at least max(compute before p, out) + p + max(compute after p, back), the largest over every p
+  // (and at least the compute). Each term is a relaxation of time_plan()'s rules, so every plan's
+  // predicted step is at least the bound.
+  // History: before 2026-11-23 the bound took the largest e_p alone; until 2026-11-24 it let the
+  // bytes leave from the iteration's start (e_p / device-to-host + the compute from p on), which
+  // at 90% of ResNet-50 b64's peak ignores that the 786 MiB cannot start to leave before the
+  // forward pass has produced them.
   double lower_bound_ms = 0;
 };
+
+// Note [The lower bound], for `budget`: the calls' GPU times by position, the link's bytes per ms.
+double lower_bound_ms(const SpanModel& m, const std::vector<double>& duration, uint64_t budget, double d2h, double h2d);
 
 // After changing moves: sorts them (by out_after) and sets bytes_moved, the peaks and fits.
 void finish_plan(const SpanModel& m, OffloadPlan& plan);

@@ -503,6 +503,40 @@ TEST_CASE("offload plan: moDNN offloads on demand, least delay first, and prefet
   }
 }
 
+// Note [The lower bound]: bytes leave only once their use before the excess has run, and come back
+// before their next use, after which its compute remains. Ten calls of 1 ms; buffer A (2 MB, used by
+// calls 0, 4 and 9) is the only one that can be off the device at call 5, where a fixed 4 MB buffer
+// takes the budget. At 1 GB/s A's copy out starts at 5 ms and ends at 7, so call 5 runs 7-8 ms; A's
+// copy back takes 2 ms from 8 and call 9 (1 ms) follows: 12 ms. Letting the bytes leave from the
+// iteration's start (the bound before 2026-11-24) gave only the compute, 10 ms.
+TEST_CASE("offload lower bound: bytes leave after their use and return before the next, not earlier",
+          "[offload_plan]") {
+  SpanModel m;
+  for (uint64_t seq = 0; seq < 10; ++seq) m.seqs.push_back(seq);
+  constexpr uint64_t kMB = 1000 * 1000;
+  m.lives.push_back({0, 9, {0, 4, 9}, 2 * kMB, true});  // A
+  m.lives.push_back({5, 5, {5}, 4 * kMB, false});       // the excess's cause
+  const std::vector<double> duration(10, 1.0);
+  const double rate = 1e6;  // bytes per ms: 1 GB/s
+  CHECK(lower_bound_ms(m, duration, 4 * kMB, rate, rate) == Approx(12.0));
+  CHECK(lower_bound_ms(m, duration, 6 * kMB, rate, rate) == Approx(10.0));  // no excess: the compute
+  // A used by call 5 too: nothing can be off there; the bytes alone, as before (4 ms of link, within
+  // the compute).
+  m.lives[0].uses = {0, 5, 9};
+  CHECK(lower_bound_ms(m, duration, 4 * kMB, rate, rate) == Approx(10.0));
+  // Two candidates, A and B (2 MB, used by calls 1 and 8: ready at 2 ms, 2 ms of compute after its
+  // next use). 2 MB over a budget of 8 MB: B can be out by 4 ms, A back 3 ms before the end: the
+  // compute, 10 ms.
+  m.lives[0].uses = {0, 4, 9};
+  m.lives.push_back({0, 9, {1, 8}, 2 * kMB, true});  // B
+  m.lives[1].bytes = 6 * kMB;
+  CHECK(lower_bound_ms(m, duration, 8 * kMB, rate, rate) == Approx(10.0));
+  // 4 MB over: both go. Out: B 2-4 ms, A 5-7; call 5 runs 7-8. Back, from the end backwards: A's
+  // bytes are due 1 ms before the end, B's 2 ms: the lane needs 5 ms after call 5. 8 + 5 = 13 ms.
+  m.lives[1].bytes = 8 * kMB;
+  CHECK(lower_bound_ms(m, duration, 8 * kMB, rate, rate) == Approx(13.0));
+}
+
 // Note [The lower bound], and prefetches scheduled on one lane: on the shipped ResNet-50 iteration
 // (GPU times from the H100, its measured link), vcudnn's plan at every budget from 90% to 40% of
 // the peak fits, its predicted step is at least the lower bound and within 1.15x of it, and no
@@ -536,7 +570,9 @@ TEST_CASE("offload plan: vcudnn within 1.15x of the lower bound on the shipped t
     CHECK(time.step_ms <= 1.15 * time.lower_bound_ms);
     for (OffloadPolicy other : {OffloadPolicy::kVdnnAll, OffloadPolicy::kVdnnConv, OffloadPolicy::kModnn}) {
       INFO(offload_policy_name(other));
-      CHECK(time.step_ms <= timeline(t, budget, other).second.step_ms);
+      const PlanTimeline theirs = timeline(t, budget, other).second;
+      CHECK(time.step_ms <= theirs.step_ms);
+      CHECK(theirs.step_ms >= time.lower_bound_ms);  // a bound for every plan, not only vcudnn's
     }
     // The bound holds the excess at every call: out before it, back after it, never both at once.
     double excess = 0;
