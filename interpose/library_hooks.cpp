@@ -16,8 +16,8 @@
 #include "interpose/call_builders.h"
 #include "interpose/tracked_hook.h"
 #include "runtime/backend_shadow.h"
-#include "runtime/process.h"
 #include "runtime/no_destroy.h"
+#include "runtime/process.h"
 
 // cudnnFusedOps* and their types are deprecated in cuDNN 9 but still exported: still hooked.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -102,8 +102,8 @@ extern "C" {
 
 cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
                                            cudnnBackendDescriptor_t* descriptor) {
-  const cudnnStatus_t status = Tracked<&::cudnnBackendCreateDescriptor>::call(Library::kCudnn, __func__, kNoReport,
-                                                                             descriptorType, descriptor);
+  const cudnnStatus_t status =
+      Tracked<&::cudnnBackendCreateDescriptor>::call(Library::kCudnn, __func__, kNoReport, descriptorType, descriptor);
   if (status == CUDNN_STATUS_SUCCESS && descriptor) backend_shadow().created(*descriptor, descriptorType);
   return status;
 }
@@ -125,7 +125,8 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudn
   return status;
 }
 
-// Heuristics answer with engine configurations, and plans with their workspace size, here.
+// Heuristics answer with engine configurations, and plans with their workspace size, here. A plan
+// vcudnn takes over answers 0 (runtime/graph_microbatcher.h, Note [Taking over a graph-API plan]).
 cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
                                        cudnnBackendAttributeName_t attributeName,
                                        cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount,
@@ -133,14 +134,21 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
   const cudnnStatus_t status =
       Tracked<&::cudnnBackendGetAttribute>::call(Library::kCudnn, __func__, kNoReport, descriptor, attributeName,
                                                  attributeType, requestedElementCount, elementCount, arrayOfElements);
-  if (status == CUDNN_STATUS_SUCCESS && elementCount && arrayOfElements)
-    backend_shadow().got(descriptor, attributeName, attributeType, std::min(*elementCount, requestedElementCount),
-                         arrayOfElements);
+  if (status != CUDNN_STATUS_SUCCESS || !arrayOfElements) return status;
+  const bool workspace_size = attributeName == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE &&
+                              attributeType == CUDNN_TYPE_INT64 && requestedElementCount >= 1;
+  // Programs often pass no element count for the workspace size, a single value.
+  const int64_t count = elementCount ? std::min(*elementCount, requestedElementCount) : workspace_size ? 1 : 0;
+  if (count > 0) backend_shadow().got(descriptor, attributeName, attributeType, count, arrayOfElements);
+  if (workspace_size && count > 0)
+    if (Engine* engine = Process::get().engine_if_started())
+      engine->graph_workspace_size(descriptor, static_cast<int64_t*>(arrayOfElements));
   return status;
 }
 
 // A plan of one convolution goes through the engine (recorded like a legacy convolution while
-// the first iteration is recorded); every other plan straight to cuDNN.
+// the first iteration is recorded; micro-batched when vcudnn took it over); every other plan
+// straight to cuDNN.
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
                                   cudnnBackendDescriptor_t variantPack) {
   BackendShadow& shadow = backend_shadow();
@@ -152,21 +160,26 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
         [&](const char* api) { return memory::touch_remembered(variantPack, stream_in(handle), api); }, handle,
         executionPlan, variantPack);
   };
-  if (kind != GraphKind::kConvForward && kind != GraphKind::kConvBackwardData &&
-      kind != GraphKind::kConvBackwardFilter)
+  if (kind != GraphKind::kConvForward && kind != GraphKind::kConvBackwardData && kind != GraphKind::kConvBackwardFilter)
     return execute();
-  // After the recorded iteration (and without an engine) the convolution is not decoded at all.
+  // After the recorded iteration (and without an engine) a convolution vcudnn did not take over is
+  // not decoded at all.
   Engine* engine = Process::get().engine_if_started();
   if (!engine) return execute();
-  if (!engine->recording_now()) {
+  const bool managed = engine->graph_plan_managed(executionPlan);
+  if (!managed && !engine->recording_now()) {
     engine->poll_recorder();
     return execute();
   }
+  // The caller allocated no workspace for a managed plan: its own plan runs only with vcudnn's.
+  const auto fallback = [&] {
+    return managed ? engine->graph_fallback(handle, executionPlan, variantPack) : execute();
+  };
   HookScope scope(HookId::backend_execute);
-  if (scope.nested()) return execute();
-  return guarded(scope, "cudnnBackendExecute", execute, [&] {
+  if (scope.nested()) return fallback();
+  return guarded(scope, "cudnnBackendExecute", fallback, [&] {
     const std::optional<GraphConv> conv = shadow.convolution(executionPlan, variantPack);
-    return conv ? Engine::get().graph_convolution(scope, handle, *conv, execute) : scope.real(execute);
+    return conv ? engine->graph_convolution(scope, handle, executionPlan, *conv, execute) : scope.real(fallback);
   });
 }
 
@@ -187,6 +200,7 @@ cudnnStatus_t cudnnBackendUpdateCudaGraph(cudnnHandle_t handle, cudnnBackendDesc
 cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
   if (memory::active()) held().drop(descriptor);
   backend_shadow().destroyed(descriptor);
+  if (Engine* engine = Process::get().engine_if_started()) engine->graph_descriptor_destroyed(descriptor);
   return Tracked<&::cudnnBackendDestroyDescriptor>::call(Library::kCudnn, __func__, kNoReport, descriptor);
 }
 
@@ -211,8 +225,8 @@ cudnnStatus_t cudnnFusedOpsExecute(cudnnHandle_t handle, const cudnnFusedOpsPlan
                                    cudnnFusedOpsVariantParamPack_t varPack) {
   return Tracked<&::cudnnFusedOpsExecute>::call(
       Library::kCudnn, __func__,
-      [&](const char* api) { return memory::touch_remembered(varPack, stream_in(handle), api); },
-      handle, plan, varPack);
+      [&](const char* api) { return memory::touch_remembered(varPack, stream_in(handle), api); }, handle, plan,
+      varPack);
 }
 
 cudnnStatus_t cudnnDestroyFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack_t varPack) {
@@ -225,15 +239,15 @@ cudnnStatus_t cudnnDestroyFusedOpsVariantParamPack(cudnnFusedOpsVariantParamPack
 cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
                                         void* states, size_t stateSizeInBytes, unsigned long long seed) {
   return Tracked<&::cudnnSetDropoutDescriptor>::call(
-      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, handle, api); }, dropoutDesc, handle,
-      dropout, states, stateSizeInBytes, seed);
+      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, handle, api); }, dropoutDesc,
+      handle, dropout, states, stateSizeInBytes, seed);
 }
 
 cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t dropoutDesc, cudnnHandle_t handle, float dropout,
                                             void* states, size_t stateSizeInBytes, unsigned long long seed) {
   return Tracked<&::cudnnRestoreDropoutDescriptor>::call(
-      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, handle, api); }, dropoutDesc, handle,
-      dropout, states, stateSizeInBytes, seed);
+      Library::kCudnn, __func__, [&](const char* api) { return pin_and_touch(states, handle, api); }, dropoutDesc,
+      handle, dropout, states, stateSizeInBytes, seed);
 }
 
 // ---- cuBLAS: the handle keeps its workspace for every later call.

@@ -42,6 +42,24 @@ Error backend_error(const std::string& what, cudnnStatus_t status) {
   return Error{message};
 }
 
+cudnnStatus_t execute_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, const int64_t (&uids)[3],
+                           void* const (&pointers)[3], void* workspace) {
+  const RealBackend& b = real_backend();
+  if (!b.complete()) return CUDNN_STATUS_NOT_INITIALIZED;
+  cudnnBackendDescriptor_t pack = nullptr;
+  cudnnStatus_t st = b.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  st = b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = b.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = b.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  if (st == CUDNN_STATUS_SUCCESS) st = b.finalize(pack);
+  if (st == CUDNN_STATUS_SUCCESS) st = b.execute(handle, plan, pack);
+  b.destroy(pack);
+  return st;
+}
+
 Result<BackendDescriptor> BackendDescriptor::create(cudnnBackendDescriptorType_t type) {
   const RealBackend& b = real_backend();
   if (!b.complete()) return missing();

@@ -31,6 +31,12 @@ const RealBackend& real_backend();
 // "<what> failed: CUDNN_STATUS_... (cuDNN's last error message, when it has one)".
 Error backend_error(const std::string& what, cudnnStatus_t status);
 
+// Runs `plan` on the handle's stream with a variant pack of its own: `uids` and `pointers` (x, w, y
+// in any order the plan's tensors were given) and the workspace. The pack is made, used and
+// destroyed here (the execution is enqueued with the pointers' values). cuDNN's status.
+cudnnStatus_t execute_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, const int64_t (&uids)[3],
+                           void* const (&pointers)[3], void* workspace);
+
 // Owns one backend descriptor. Move-only; move-assignment swaps, so the descriptor held before
 // is destroyed with the moved-from object.
 class BackendDescriptor {

@@ -19,10 +19,7 @@
 namespace vcudnn {
 namespace {
 
-struct DeviceInfo {
-  std::string name;
-  int sm_count = 0;
-};
+using DeviceInfo = BenchDevice;
 
 Result<DeviceInfo> device_info() {
   const RealCudart& rt = real_cudart();
@@ -92,6 +89,8 @@ int max_algorithms(const ConvCall& call) {
 }
 
 }  // namespace
+
+Result<BenchDevice> bench_device() { return device_info(); }
 
 bool math_type_compatible(int32_t layer, int32_t row) {
   if (row == layer || layer == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return true;

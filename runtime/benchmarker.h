@@ -24,6 +24,14 @@ struct BenchOutcome {
   uint64_t cap = 0;    // workspace the measurements had (may be below the request when memory is short)
 };
 
+// The current device's name and SM count, part of every cache key (also the graph API's);
+// read once per device.
+struct BenchDevice {
+  std::string name;
+  int sm_count = 0;
+};
+Result<BenchDevice> bench_device();
+
 // True when a result measured with cuDNN math type `row` may run for a layer whose descriptor
 // asks for `layer`: never more permissive (FMA stays FMA; no down-conversion unless allowed).
 bool math_type_compatible(int32_t layer, int32_t row);

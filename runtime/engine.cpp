@@ -80,7 +80,9 @@ Engine::Engine(const Options& o) : features_(features_of(o.policy)), recorder_(r
   // With memory owned, allocations, frees and every call's buffers join the recorded sequence.
   if (features_.record && features_.own_memory) Process::get().connect_recorder(&recorder_);
   if (features_.microbatch) {
-    microbatcher_ = std::make_unique<MicroBatcher>(MicroBatchSettings::from(o));
+    auto resources = std::make_shared<MicroBatchResources>(MicroBatchSettings::from(o));
+    microbatcher_ = std::make_unique<MicroBatcher>(resources);
+    graph_microbatcher_ = std::make_unique<GraphMicroBatcher>(resources);
     const MicroBatchSettings& s = microbatcher_->settings();
     VCUDNN_LOG_INFO("microbatch: workspace limit {} bytes per convolution{}, batch policy {}, cache {}{}", s.limit,
                     s.total ? ", " + std::to_string(*s.total) + " bytes for the whole network" : "",
@@ -112,6 +114,50 @@ cudnnStatus_t Engine::convolution(HookScope& scope, const ConvCall& call) {
   cudnnStatus_t st = scope.real(run);
   recorder_.after_convolution(probe, call, st);
   return st;
+}
+
+cudnnStatus_t Engine::graph_execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, const GraphConv& conv) {
+  test_fault("engine");
+  memory::CallScope memory_scope;  // until the micro-batches are queued
+  if (!touch_pointers(handle, {reinterpret_cast<const void*>(conv.x), reinterpret_cast<const void*>(conv.w),
+                               reinterpret_cast<const void*>(conv.y)}))
+    return kOutOfDeviceMemory;
+  try {
+    return graph_microbatcher_->execute(handle, plan, conv);
+  } catch (...) {  // before any micro-batch ran (nothing after that allocates): the caller's plan
+    note_exception("graph_microbatch");
+    return graph_microbatcher_->run_caller_plan(handle, plan, conv);
+  }
+}
+
+void Engine::graph_workspace_size(cudnnBackendDescriptor_t plan, int64_t* size) noexcept {
+  if (!graph_microbatcher_ || !size) return;
+  try {
+    const std::optional<GraphConv> conv = backend_shadow().convolution(plan, nullptr);
+    graph_microbatcher_->workspace_size(plan, conv, size);
+  } catch (...) {
+    note_exception("cudnnBackendGetAttribute");
+  }
+}
+
+cudnnStatus_t Engine::graph_fallback(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                                     cudnnBackendDescriptor_t variant_pack) noexcept {
+  const std::optional<GraphConv> conv = backend_shadow().convolution(plan, variant_pack);
+  if (graph_microbatcher_ && conv) return graph_microbatcher_->run_caller_plan(handle, plan, *conv);
+  try {
+    VCUDNN_LOG_ERROR("graph_microbatch: a plan vcudnn took over cannot be run (its variant pack is unknown)");
+  } catch (...) {
+  }
+  return CUDNN_STATUS_INTERNAL_ERROR;
+}
+
+void Engine::graph_descriptor_destroyed(cudnnBackendDescriptor_t descriptor) noexcept {
+  if (!graph_microbatcher_) return;
+  try {
+    graph_microbatcher_->forget(descriptor);
+  } catch (...) {
+    note_exception("cudnnBackendDestroyDescriptor");
+  }
 }
 
 std::shared_ptr<const KernelPlan> Engine::plan_of(const ConvDescs& desc, ConvKind kind) const {
@@ -163,6 +209,7 @@ cudnnStatus_t Engine::destroy(HookScope& scope, cudnnHandle_t handle) {
   test_fault("engine");
   const uint64_t t = monotonic_ns();
   if (!real().cudnnDestroy) return unresolved("cudnnDestroy");
+  if (graph_microbatcher_) graph_microbatcher_->handle_destroyed(handle);
   cudnnStatus_t st = scope.real([&] { return real().cudnnDestroy(handle); });
   if (recording()) recorder_.record_handle_call(CallKind::kDestroy, handle, nullptr, st, t);
   return st;
@@ -208,6 +255,7 @@ std::string Engine::summary() const {
   line += buf;
   if (features_.record) line += "; recorder: " + recorder_.outcome();
   if (microbatcher_) line += "; microbatch: " + microbatcher_->summary();
+  if (graph_microbatcher_) line += "; graph_microbatch: " + graph_microbatcher_->summary();
   return line;
 }
 

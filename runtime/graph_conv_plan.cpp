@@ -390,6 +390,17 @@ Result<ConvGraph> build_conv_graph(cudnnHandle_t handle, const ConvLayer& layer,
 
 // ---- Plans
 
+Result<uint32_t> engine_numerical_notes(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind, int64_t engine,
+                                        const GraphConvPlanSpec& spec) {
+  auto graph = build_conv_graph(handle, layer, kind, spec);
+  if (!graph) return graph.error();
+  auto c = engine_candidate(graph.value().graph, engine);
+  if (!c)
+    return Error{"engine " + std::to_string(engine) + " on " + describe(layer, kind, spec.batch) + ": " +
+                 c.error().message};
+  return c.value().notes;
+}
+
 Result<GraphConvPlan> GraphConvPlan::build(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind,
                                            const GraphConvPlanSpec& spec) {
   GraphConvPlan p;
@@ -430,6 +441,9 @@ Result<GraphConvPlan> GraphConvPlan::build(cudnnHandle_t handle, const ConvLayer
       continue;
     }
     for (Candidate& c : candidates.value()) {
+      const bool excluded = !spec.engine && std::find(spec.excluded_engines.begin(), spec.excluded_engines.end(),
+                                                      c.engine) != spec.excluded_engines.end();
+      if (excluded) continue;
       if (spec.engine ? c.engine != *spec.engine : (c.notes & spec.denied_notes) != 0) {
         if (!spec.engine) reasons.push_back("engine " + std::to_string(c.engine) + ": numerical notes denied");
         continue;
@@ -452,48 +466,58 @@ cudnnStatus_t GraphConvPlan::execute(cudnnHandle_t handle, void* x, void* w, voi
   if (pointer_alignment(x) < spec_.x_alignment || pointer_alignment(w) < spec_.w_alignment ||
       pointer_alignment(y) < spec_.y_alignment)
     return CUDNN_STATUS_BAD_PARAM;
-  cudnnBackendDescriptor_t pack = nullptr;
-  cudnnStatus_t st = b.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
-  if (st != CUDNN_STATUS_SUCCESS) return st;
   const int64_t uids[] = {kGraphXUid, kGraphWUid, kGraphYUid};
-  void* pointers[] = {x, w, y};
-  st = b.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = b.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = b.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  if (st == CUDNN_STATUS_SUCCESS) st = b.finalize(pack);
-  if (st == CUDNN_STATUS_SUCCESS) st = b.execute(handle, plan_.get(), pack);
-  // The execution is enqueued with the pointers' values: the pack may go at once.
-  b.destroy(pack);
-  return st;
+  void* const pointers[] = {x, w, y};
+  return execute_plan(handle, plan_.get(), uids, pointers, workspace);
 }
 
 // ---- Splits
 
-Result<GraphConvSplit> build_split(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind, int32_t micro_batch,
-                                   const GraphConvSplitOptions& options) {
-  auto geometry = split_geometry(layer, micro_batch, options.base_alignment);
+Result<SplitGeometry> steps_geometry(const ConvLayer& layer, const std::vector<SplitStep>& steps,
+                                     int64_t base_alignment) {
+  auto g = split_geometry(layer, 0, base_alignment);
+  if (!g) return g.error();
+  int64_t offset = 0;
+  uint64_t x_offsets = 0, y_offsets = 0;  // OR of every offset: its lowest bit is the common power of two
+  for (const SplitStep& s : steps) {
+    if (s.batch <= 0) return Error{"a micro-batch has no samples"};
+    x_offsets |= static_cast<uint64_t>(offset) * g.value().x_sample_bytes;
+    y_offsets |= static_cast<uint64_t>(offset) * g.value().y_sample_bytes;
+    offset += s.batch;
+  }
+  if (offset != layer.x.dims[0])
+    return Error{"the micro-batches cover " + std::to_string(offset) + " samples, not " +
+                 std::to_string(layer.x.dims[0])};
+  g.value().x_alignment = offset_alignment(base_alignment, x_offsets);
+  g.value().y_alignment = offset_alignment(base_alignment, y_offsets);
+  return g;
+}
+
+Result<GraphConvSplit> build_steps_split(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind,
+                                         const std::vector<SplitStep>& steps, const GraphConvSplitOptions& options) {
+  if (steps.empty()) return Error{"the layer has no samples"};
+  auto geometry = steps_geometry(layer, steps, options.base_alignment);
   if (!geometry) return geometry.error();
+  if (kind == ConvKind::kBackwardFilter && steps.size() > 1 && element_bytes(layer.w.dtype) == 2)
+    return Error{"a 16-bit weight gradient is not split: every partial sum would be rounded to 16 bits"};
   GraphConvSplit split;
   split.kind = kind;
   split.geometry = geometry.value();
-  const std::vector<MicroBatchSlice> slices = split_batch(layer.x.dims[0], micro_batch);
-  if (slices.empty()) return Error{"the layer has no samples"};
-  if (kind == ConvKind::kBackwardFilter && slices.size() > 1 && element_bytes(layer.w.dtype) == 2)
-    return Error{"a 16-bit weight gradient is not split: every partial sum would be rounded to 16 bits"};
-  for (size_t i = 0; i < slices.size(); ++i) {
+  int64_t offset = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
     GraphConvPlanSpec spec;
-    spec.batch = slices[i].batch;
+    spec.batch = steps[i].batch;
     spec.x_alignment = split.geometry.x_alignment;
     spec.w_alignment = split.geometry.w_alignment;
     spec.y_alignment = split.geometry.y_alignment;
     spec.alpha = options.alpha;
     spec.beta = kind == ConvKind::kBackwardFilter && i > 0 ? 1.0 : options.beta;  // accumulate into dw
-    spec.engine = options.engine;
+    spec.engine = steps[i].engine ? steps[i].engine : options.engine;
     spec.max_workspace = options.max_workspace;
     spec.denied_notes = options.denied_notes;
-    const auto same = [&](const GraphConvPlan& p) { return p.batch() == spec.batch && p.spec().beta == spec.beta; };
+    const auto same = [&](const GraphConvPlan& p) {
+      return p.batch() == spec.batch && p.spec().beta == spec.beta && p.spec().engine == spec.engine;
+    };
     const auto it = std::find_if(split.plans.begin(), split.plans.end(), same);
     size_t index = static_cast<size_t>(it - split.plans.begin());
     if (it == split.plans.end()) {
@@ -503,9 +527,18 @@ Result<GraphConvSplit> build_split(cudnnHandle_t handle, const ConvLayer& layer,
       split.plans.push_back(std::move(plan.value()));
       index = split.plans.size() - 1;
     }
-    split.steps.push_back({slices[i], index});
+    split.steps.push_back({{offset, steps[i].batch}, index});
+    offset += steps[i].batch;
   }
   return split;
+}
+
+Result<GraphConvSplit> build_split(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind, int32_t micro_batch,
+                                   const GraphConvSplitOptions& options) {
+  if (auto g = split_geometry(layer, micro_batch, options.base_alignment); !g) return g.error();
+  std::vector<SplitStep> steps;
+  for (const MicroBatchSlice& s : split_batch(layer.x.dims[0], micro_batch)) steps.push_back({s.batch, std::nullopt});
+  return build_steps_split(handle, layer, kind, steps, options);
 }
 
 cudnnStatus_t execute_split(const GraphConvSplit& split, cudnnHandle_t handle, void* x, void* w, void* y,

@@ -89,6 +89,7 @@ struct GraphConvPlanSpec {
   std::optional<int64_t> engine;   // this engine (global index) only, whatever its notes
   uint64_t max_workspace = std::numeric_limits<uint64_t>::max();
   uint32_t denied_notes = kDefaultDeniedNotes;
+  std::vector<int64_t> excluded_engines;  // without `engine`: engines not taken (the next ones are)
 };
 
 // Unique ids of the plan's tensors in its variant pack.
@@ -101,6 +102,12 @@ struct ConvGraph {
 };
 Result<ConvGraph> build_conv_graph(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind,
                                    const GraphConvPlanSpec& spec);
+
+// The numerical notes (note_bit() of each) of engine `engine` (global index) on the graph of
+// `layer` built with `spec` (its batch and alignments), read from the engine finalized with its
+// default knobs: what the engine's plans do to the numerics, whichever configuration runs.
+Result<uint32_t> engine_numerical_notes(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind, int64_t engine,
+                                        const GraphConvPlanSpec& spec);
 
 class GraphConvPlan {
  public:
@@ -158,6 +165,24 @@ struct GraphConvSplit {
   std::vector<Step> steps;
   uint64_t workspace_bytes = 0;  // the largest plan's
 };
+
+// One micro-batch of a split, in execution order: `batch` samples, on `engine` (else the options').
+struct SplitStep {
+  int32_t batch = 0;
+  std::optional<int64_t> engine;
+  bool operator==(const SplitStep&) const = default;
+};
+
+// Where the micro-batches of `steps` start (their batches must sum to N) and the alignment each
+// tensor of their plans may declare: the largest power of two (at most the base's) dividing every
+// micro-batch's byte offset, so that one plan serves every micro-batch of its size.
+Result<SplitGeometry> steps_geometry(const ConvLayer& layer, const std::vector<SplitStep>& steps,
+                                     int64_t base_alignment = kMaxTensorAlignment);
+
+// The plans that run the whole-batch convolution `layer` as the micro-batches `steps`, one after
+// the other, offsets accumulating (one plan per (batch, engine, beta)); the rules of build_split.
+Result<GraphConvSplit> build_steps_split(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind,
+                                         const std::vector<SplitStep>& steps, const GraphConvSplitOptions& options);
 
 // The plans that run the whole-batch convolution `layer` as micro-batches of `micro_batch`
 // (m >= N: one plan, undivided). Forward and backward-data micro-batches write disjoint slices with

@@ -26,23 +26,6 @@ std::string mib(uint64_t b) {
 
 bool sixteen_bit(int32_t dtype) { return dtype == CUDNN_DATA_HALF || dtype == CUDNN_DATA_BFLOAT16; }
 
-cudaStream_t stream_of(cudnnHandle_t handle) {
-  cudaStream_t s = nullptr;
-  if (real().cudnnGetStream && real().cudnnGetStream(handle, &s) != CUDNN_STATUS_SUCCESS) s = nullptr;
-  return s;
-}
-
-bool is_capturing(cudaStream_t stream) {
-  const RealCudart& rt = real_cudart();
-  if (!rt.cudaStreamIsCapturing) return false;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (rt.cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    rt.cudaGetLastError();
-    return true;  // cannot tell: behave as under capture (pass through)
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
 // First row of cuDNN's heuristics that needs no workspace and keeps the layer's math.
 std::optional<MicroKernel> zero_workspace_kernel(const ConvCall& call, const ConvLayer& layer) {
   MaxCountQuery mq{call.kind, call.handle, nullptr};
@@ -69,21 +52,8 @@ std::optional<MicroKernel> zero_workspace_kernel(const ConvCall& call, const Con
 
 }  // namespace
 
-MicroBatchSettings MicroBatchSettings::from(const Options& o) {
-  MicroBatchSettings s;
-  s.limit = o.workspace_limit;
-  s.total = o.total_workspace;
-  s.batch_policy = static_cast<BatchPolicy>(std::clamp(o.batch_policy, 0, 2));
-  const std::string& cache = o.get(kCache);
-  if (cache.empty())
-    s.cache_path = default_bench_cache_path();
-  else if (cache != "off")
-    s.cache_path = expand_path(cache);
-  if (const char* f = std::getenv("VCUDNN_TEST_FORCE_SPLIT"); f && std::atoi(f) > 0) s.force_split = std::atoi(f);
-  return s;
-}
-
-MicroBatcher::MicroBatcher(MicroBatchSettings settings) : settings_(std::move(settings)) {}
+MicroBatcher::MicroBatcher(std::shared_ptr<MicroBatchResources> resources)
+    : resources_(std::move(resources)), settings_(resources_->settings()) {}
 
 std::optional<ConvLayer> MicroBatcher::manageable(const ConvDescs& desc, ConvKind kind) const {
   auto layer = decode_conv_layer(desc.x, desc.w, desc.conv, desc.y);
@@ -103,23 +73,6 @@ std::optional<ConvLayer> MicroBatcher::manageable(const ConvDescs& desc, ConvKin
     return std::nullopt;
   }
   return l;
-}
-
-pool::WorkspacePool* MicroBatcher::pool_for_current_device() {
-  const RealCudart& rt = real_cudart();
-  int dev = 0;
-  if (!rt.cudaGetDevice || rt.cudaGetDevice(&dev) != cudaSuccess) {
-    if (rt.cudaGetLastError) rt.cudaGetLastError();
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(pools_mu_);
-  auto& p = pools_[dev];
-  if (!p) {
-    const uint64_t per_stream = settings_.total ? std::min(settings_.limit, *settings_.total) : settings_.limit;
-    const uint64_t total = settings_.total ? *settings_.total : std::numeric_limits<uint64_t>::max() / 4;
-    p = std::make_unique<pool::WorkspacePool>(backend_, total, per_stream);
-  }
-  return p.get();
 }
 
 std::shared_ptr<const KernelPlan> MicroBatcher::find_plan(const ConvLayer& layer, ConvKind kind) const {
@@ -199,22 +152,7 @@ std::shared_ptr<const KernelPlan> MicroBatcher::plan_for(const ConvCall& call, c
     if (unmanaged_.count(key)) return nullptr;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  if (!cache_opened_) {
-    cache_opened_ = true;
-    const RealCudart& rt = real_cudart();
-    size_t free_bytes = 0, card = 0;
-    if (rt.cudaMemGetInfo && rt.cudaMemGetInfo(&free_bytes, &card) == cudaSuccess) {
-      if (auto w = workspace_limit_warning(settings_.limit, settings_.total, card)) VCUDNN_LOG_WARN("microbatch: {}", *w);
-    } else if (rt.cudaGetLastError) {
-      rt.cudaGetLastError();
-    }
-    if (!settings_.cache_path.empty()) {
-      std::string warning, error;
-      cache_ = BenchCache::open(settings_.cache_path, &warning, &error);
-      if (!warning.empty()) VCUDNN_LOG_WARN("benchmark cache: {}", warning);
-      if (!cache_) VCUDNN_LOG_WARN("benchmark cache unusable, benchmarking without it: {}", error);
-    }
-  }
+  BenchCache* cache = resources_->cache();
   const int32_t batch = static_cast<int32_t>(layer.x.dims[0]);
   std::vector<int32_t> batches = candidate_batches(settings_.batch_policy, batch);
   if (settings_.force_split && *settings_.force_split < batch) {
@@ -229,7 +167,7 @@ std::shared_ptr<const KernelPlan> MicroBatcher::plan_for(const ConvCall& call, c
   if (!allow_split) batches = {batch};
 
   std::shared_ptr<KernelPlan> plan;
-  auto bench = benchmark_kernel(call, layer, batches, cap, cache_.get());
+  auto bench = benchmark_kernel(call, layer, batches, cap, cache);
   PlanDecision decision;
   MicroBatchMeasurements measurements;
   if (bench) {
@@ -342,8 +280,8 @@ cudnnStatus_t MicroBatcher::convolution(const ConvCall& call) {
     ++n_passthrough_;
     return call_real(call);
   }
-  const cudaStream_t stream = stream_of(call.handle);
-  const bool capturing = is_capturing(stream);
+  const cudaStream_t stream = handle_stream(call.handle);
+  const bool capturing = stream_capturing(stream);
   std::shared_ptr<const KernelPlan> plan = find_plan(*layer, call.kind);
   if (!plan && !capturing) plan = plan_for(call, *layer);
   if (!plan) {
@@ -433,15 +371,8 @@ void MicroBatcher::plan_network() {
 }
 
 std::string MicroBatcher::summary() const {
-  uint64_t peak = 0, stream_peak = 0, misses = n_pool_misses_.load();
-  {
-    std::lock_guard<std::mutex> lock(pools_mu_);
-    for (const auto& [dev, p] : pools_) {
-      const auto s = p->stats();
-      peak += s.peak_reserved;
-      stream_peak = std::max(stream_peak, s.peak_stream_reserved);
-    }
-  }
+  const MicroBatchResources::PoolPeaks peaks = resources_->pool_peaks();
+  const uint64_t peak = peaks.reserved, stream_peak = peaks.stream_reserved, misses = n_pool_misses_.load();
   char buf[400];
   std::snprintf(buf, sizeof buf,
                 "plans=%" PRIu64 " split=%" PRIu64 " benchmarked=%" PRIu64 " cache_hits=%" PRIu64

@@ -23,22 +23,11 @@
 
 #include "planner/microbatch_plan.h"
 #include "pool/workspace_pool.h"
-#include "runtime/bench_cache.h"
 #include "runtime/conv_call.h"
 #include "runtime/conv_descriptors.h"
-#include "runtime/cuda_pool_backend.h"
-#include "runtime/options.h"
+#include "runtime/microbatch_resources.h"
 
 namespace vcudnn {
-
-struct MicroBatchSettings {
-  uint64_t limit = 64ull << 20;   // per kernel
-  std::optional<uint64_t> total;  // whole network (WD)
-  BatchPolicy batch_policy = BatchPolicy::kPowerOfTwo;
-  std::string cache_path;              // empty: none
-  std::optional<int32_t> force_split;  // VCUDNN_TEST_FORCE_SPLIT
-  static MicroBatchSettings from(const Options& o);
-};
 
 // A kernel's plan with the descriptors it runs with. Immutable once published.
 struct KernelPlan {
@@ -60,7 +49,8 @@ struct KernelPlan {
 
 class MicroBatcher {
  public:
-  explicit MicroBatcher(MicroBatchSettings settings);
+  // The settings, the cache and the pools are shared with the graph API's micro-batcher.
+  explicit MicroBatcher(std::shared_ptr<MicroBatchResources> resources);
 
   // The calls (the Engine has already counted and timed them).
   cudnnStatus_t convolution(const ConvCall& call);
@@ -77,6 +67,7 @@ class MicroBatcher {
 
   std::string summary() const;  // "plans=... split=... ..."
   const MicroBatchSettings& settings() const { return settings_; }
+  MicroBatchResources& resources() const { return *resources_; }
 
  private:
   struct Key {
@@ -94,19 +85,15 @@ class MicroBatcher {
   std::shared_ptr<KernelPlan> build(const ConvLayer& layer, ConvKind kind, const PlanDecision& decision,
                                     const MicroBatchMeasurements& m, const std::optional<MicroKernel>& zero);
   cudnnStatus_t execute(const KernelPlan& plan, const ConvCall& call, cudaStream_t stream, bool capturing);
-  pool::WorkspacePool* pool_for_current_device();
+  pool::WorkspacePool* pool_for_current_device() { return resources_->pool_for_current_device(); }
 
-  MicroBatchSettings settings_;
-  std::unique_ptr<BenchCache> cache_;
-  bool cache_opened_ = false;
-  CudaPoolBackend backend_;
+  std::shared_ptr<MicroBatchResources> resources_;
+  const MicroBatchSettings& settings_;  // resources_->settings()
 
   mutable std::shared_mutex plans_mu_;
   std::unordered_map<Key, std::shared_ptr<const KernelPlan>, KeyHash> plans_;
   std::unordered_map<Key, bool, KeyHash> unmanaged_;  // kernels that failed to plan: pass through
   std::mutex planning_mu_;                            // one kernel benchmarks at a time
-  mutable std::mutex pools_mu_;
-  std::map<int, std::unique_ptr<pool::WorkspacePool>> pools_;
   std::atomic<bool> network_planned_{false};
   mutable std::mutex unsliceable_mu_;
   mutable std::unordered_map<ConvLayer, bool> unsliceable_logged_;  // debug lines, once per layer

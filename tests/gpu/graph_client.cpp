@@ -6,7 +6,7 @@
 // LD_PRELOAD (graph_test.cpp runs it both ways and compares the raw outputs).
 //   usage: vcudnn_graph_client --kind fwd|bwd-data|bwd-filter --out FILE [--n N --c C --k K --h H --w W
 //          --r R --s S --pad P --stride U --dilation D --groups G --layout nchw|nhwc --dtype f32|bf16
-//          --repeat R --threads T --seed S --allow-tf32 --allow-nondeterministic]
+//          --repeat R --threads T --seed S --allow-tf32 --allow-nondeterministic --exact]
 // Inputs are random (fixed seed, the same in every thread); the output is filled with 0xFF bytes
 // (NaN) before every execution, then written raw (its own data type) to FILE, or FILE.<thread>
 // with --threads > 1. With T threads, each builds and finalizes its own plan on its own handle at
@@ -14,7 +14,8 @@
 //   {"status":"ok","thread":0,"kind":"fwd",...,"engine":E,"workspace":B,"elements":n,"nan":0}
 // Any failure prints {"status":"error","message":...} and exits 1. By default engines with TF32
 // (fp32 data only), down-converting or non-deterministic numerics are skipped, so that two runs give
-// the same bytes.
+// the same bytes; --exact also skips FFT and Winograd engines (direct or GEMM-based sums only). The
+// workspace printed is what the plan reported, and exactly that is allocated (0: a null pointer).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -104,7 +105,7 @@ struct Options {
   bool bf16 = false;
   int repeat = 1, threads = 1;
   uint32_t seed = 1234;
-  bool allow_tf32 = false, allow_nondeterministic = false;
+  bool allow_tf32 = false, allow_nondeterministic = false, exact = false;
   std::string out;
 };
 
@@ -112,7 +113,7 @@ struct Options {
   std::fprintf(stderr,
                "%s\nusage: vcudnn_graph_client --kind fwd|bwd-data|bwd-filter --out FILE [--n N --c C --k K --h H "
                "--w W --r R --s S --pad P --stride U --dilation D --groups G --layout nchw|nhwc --dtype f32|bf16 "
-               "--repeat R --threads T --seed S --allow-tf32 --allow-nondeterministic]\n",
+               "--repeat R --threads T --seed S --allow-tf32 --allow-nondeterministic --exact]\n",
                message.c_str());
   std::exit(2);
 }
@@ -135,6 +136,10 @@ Options parse(int argc, char** argv) {
     }
     if (a == "--allow-nondeterministic") {
       o.allow_nondeterministic = true;
+      continue;
+    }
+    if (a == "--exact") {
+      o.exact = true;
       continue;
     }
     if (i + 1 >= argc) usage("missing value or unknown argument: " + a);
@@ -436,6 +441,11 @@ int64_t engine_of(const Desc& config, const Options& o, bool* acceptable) {
     if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) *acceptable = false;  // PyTorch refuses these too
     if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && !o.bf16 && !o.allow_tf32) *acceptable = false;
     if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && !o.allow_nondeterministic) *acceptable = false;
+    const bool transform = note == CUDNN_NUMERICAL_NOTE_FFT || note == CUDNN_NUMERICAL_NOTE_WINOGRAD ||
+                           note == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4 ||
+                           note == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6 ||
+                           note == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13;
+    if (transform && o.exact) *acceptable = false;
   }
   return index;
 }

@@ -3,6 +3,11 @@
 //     twice, and the same bytes under the preloaded vcudnn (VCUDNN_POLICY=record), whose exit line
 //     shows every execution recognised as a single-convolution plan of the right kind; also with 4
 //     threads building their plans at once.
+// (3) the client under VCUDNN_POLICY=microbatch (every sliceable plan taken over by
+//     VCUDNN_TEST_FORCE_SPLIT): the plan reports workspace 0, the client passes a null workspace,
+//     vcudnn's log shows the kernel split and no failure, and the outputs match the plain run
+//     within tolerance; also with 4 threads building their plans at once, and a second process
+//     finds every measurement in the cache.
 // (2) GraphConvPlan (runtime/graph_conv_plan.h) running a convolution as micro-batches of N/2 and
 //     N/4 (and a remainder) matches the whole-batch plan within a relative-L2 tolerance, for every
 //     kind, NCHW and NHWC, grouped and depthwise, alignments below 16 bytes; plans built on 4
@@ -119,6 +124,104 @@ void check_recognised(const std::string& log, const std::string& kind, int execu
   for (const char* k : kKinds) CHECK(counter_value(line, plans_key(k)) == (k == kind ? executions : 0));
   CHECK(counter_value(line, "other_plans") == 0);
   CHECK(counter_value(line, "unknown_plans") == 0);
+}
+
+// ---- (3) the client micro-batched by vcudnn
+
+// The client's raw output as floats (fp32 or bf16 bits).
+std::vector<float> floats_of(const std::string& bytes, bool bf16) {
+  std::vector<float> v;
+  const size_t es = bf16 ? 2 : 4;
+  for (size_t i = 0; i + es <= bytes.size(); i += es) {
+    uint32_t bits = 0;
+    if (bf16) {
+      uint16_t h = 0;
+      std::memcpy(&h, &bytes[i], 2);
+      bits = static_cast<uint32_t>(h) << 16;
+    } else {
+      std::memcpy(&bits, &bytes[i], 4);
+    }
+    float f = 0;
+    std::memcpy(&f, &bits, 4);
+    v.push_back(f);
+  }
+  return v;
+}
+
+// ‖a − b‖₂ / ‖b‖₂ of two raw outputs; NaN when a holds a NaN or the sizes differ.
+double raw_rel_l2(const std::string& a, const std::string& b, bool bf16) {
+  const std::vector<float> fa = floats_of(a, bf16), fb = floats_of(b, bf16);
+  if (fa.size() != fb.size() || fa.empty()) return NAN;
+  double d2 = 0, b2 = 0;
+  for (size_t i = 0; i < fa.size(); ++i) {
+    if (std::isnan(fa[i])) return NAN;
+    const double d = static_cast<double>(fa[i]) - fb[i];
+    d2 += d * d;
+    b2 += static_cast<double>(fb[i]) * fb[i];
+  }
+  return std::sqrt(d2 / b2);
+}
+
+struct MicrobatchCase {
+  ClientCase client;
+  const char* force;  // VCUDNN_TEST_FORCE_SPLIT
+  bool bf16 = false;
+};
+
+std::vector<MicrobatchCase> microbatch_cases() {
+  std::vector<MicrobatchCase> cases;
+  for (const ClientCase& c : client_cases()) {
+    const bool bf16 = std::find(c.args.begin(), c.args.end(), "bf16") != c.args.end();
+    cases.push_back({c, std::string(c.name) == "f32_nhwc_depthwise_strided" ? "4" : "3", bf16});
+  }
+  cases.push_back({{"f32_nchw_grouped",
+                    {"--n", "8", "--c", "32", "--k", "32", "--groups", "4", "--h", "12", "--w", "12", "--pad", "1"}},
+                   "3",
+                   false});
+  return cases;
+}
+
+// The relative L2 error allowed between the micro-batched and the plain run. Both runs use exact
+// fp32 engines (--exact: no TF32, FFT or Winograd; vcudnn's engines carry no numerical note the
+// caller's lacks), so forward and backward-data micro-batches compute each output element from the
+// same products, summed in an order the engine's configuration for that micro-batch size decides:
+// a few fp32 ulps (~1e-7 relative): 1e-5. Backward-filter sums over N: the micro-batches' partial
+// sums are accumulated into dw (beta = 1), each rounded to fp32 once more: ~1e-6: 1e-4. bf16
+// outputs (forward, backward-data) are rounded to 8 bits of mantissa after an fp32 sum whose order
+// may differ: an element may move by one bf16 ulp (2^-8): 1e-2.
+double client_tolerance(const std::string& kind, bool bf16) {
+  if (bf16) return 1e-2;
+  return kind == "bwd-filter" ? 1e-4 : 1e-5;
+}
+
+Env microbatch_env(const std::string& log, const std::string& cache, const char* force) {
+  return {{"LD_PRELOAD", libvcudnn_path()}, {"VCUDNN_POLICY", "microbatch"},    {"VCUDNN_LOG_FILE", log},
+          {"VCUDNN_WORKSPACE_LIMIT", "1M"}, {"VCUDNN_TEST_FORCE_SPLIT", force}, {"VCUDNN_CACHE", cache}};
+}
+
+ClientCase exact(ClientCase c) {
+  c.args.push_back("--exact");
+  return c;
+}
+
+// vcudnn took over `plans` plans and ran their executions itself, split unless a 16-bit weight
+// gradient (undivided within the limit), with no failure and no fallback to the caller's plan.
+void check_microbatched(const std::string& log, const std::string& kind, bool bf16, int plans, int executions) {
+  INFO(log);
+  const std::string line = exit_line(log);
+  INFO(line);
+  const bool splits = !(bf16 && kind == "bwd-filter");
+  CHECK(counter_value(line, "graph_managed") == plans);
+  CHECK(counter_value(line, "graph_plans") == 1);  // one kernel, decided once whatever the threads
+  CHECK(counter_value(line, "graph_split") == (splits ? 1 : 0));
+  CHECK(counter_value(line, "graph_fallbacks") == 0);
+  CHECK(counter_value(line, "graph_errors") == 0);
+  CHECK(counter_value(line, "graph_passthrough") == 0);
+  CHECK(counter_value(line, "graph_executed") == executions);
+  const std::string decided = kind == "fwd"        ? "graph_microbatch: fwd "
+                              : kind == "bwd-data" ? "graph_microbatch: bwd_data "
+                                                   : "graph_microbatch: bwd_filter ";
+  CHECK(grep(log, decided).size() == 1);  // the kernel's decision, with its micro-batches
 }
 
 // ---- (2) GraphConvPlan in this process
@@ -520,6 +623,73 @@ TEST_CASE("graph conv plan: splits built on 4 threads at once give the same resu
           CHECK(rel_l2(r.run.out, ref.out) <= tolerance(kind));
         }
       }
+    }
+  }
+}
+
+TEST_CASE("graph-API client under microbatch: plans taken over, workspace 0, outputs within tolerance, every kind",
+          "[gpu][graph_api][microbatch]") {
+  TempDir tmp;
+  for (const MicrobatchCase& mc : microbatch_cases()) {
+    const ClientCase c = exact(mc.client);
+    for (const char* kind : kKinds) {
+      INFO(c.name << " " << kind << ", micro-batches of " << mc.force);
+      const std::string base = tmp.file(std::string(c.name) + "." + kind);
+      const std::string cache = base + ".sqlite";
+      const auto plain = check_client(run_client(c, kind, base + ".plain", 1, {}), 1);
+      const auto mb =
+          check_client(run_client(c, kind, base + ".mb", 1, microbatch_env(base + ".log", cache, mc.force)), 1);
+      INFO("plain: " << plain[0].dump() << "\nmicrobatch: " << mb[0].dump());
+      CHECK(mb[0].at("workspace") == 0);  // vcudnn supplies it: the client allocated none
+      const double err = raw_rel_l2(read_file(base + ".mb"), read_file(base + ".plain"), mc.bf16);
+      INFO("relative L2 error " << err << ", tolerance " << client_tolerance(kind, mc.bf16));
+      CHECK(err <= client_tolerance(kind, mc.bf16));
+      const std::string log = read_file(base + ".log");
+      check_recognised(log, kind, kRepeat);
+      check_microbatched(log, kind, mc.bf16, 1, kRepeat);
+      CHECK(counter_value(exit_line(log), "graph_benchmarked") > 0);
+
+      // A second process plans from the cache: nothing measured, the same bytes.
+      const auto again =
+          check_client(run_client(c, kind, base + ".again", 1, microbatch_env(base + ".log2", cache, mc.force)), 1);
+      const std::string log2 = read_file(base + ".log2");
+      INFO(log2);
+      CHECK(counter_value(exit_line(log2), "graph_benchmarked") == 0);
+      CHECK(counter_value(exit_line(log2), "graph_cache_hits") > 0);
+      const bool same = read_file(base + ".again") == read_file(base + ".mb");
+      CHECK(same);
+    }
+  }
+}
+
+TEST_CASE("graph-API client under microbatch with 4 threads building their plans at once",
+          "[gpu][graph_api][microbatch][threads]") {
+  constexpr int kThreads = 4;
+  TempDir tmp;
+  for (const MicrobatchCase& mc : microbatch_cases()) {
+    const ClientCase c = exact(mc.client);
+    for (const char* kind : kKinds) {
+      INFO(c.name << " " << kind << ", micro-batches of " << mc.force);
+      const std::string base = tmp.file(std::string(c.name) + "." + kind);
+      check_client(run_client(c, kind, base + ".ref", 1, {}), 1);
+      const std::string ref = read_file(base + ".ref");
+      const auto lines = check_client(
+          run_client(c, kind, base + ".mb", kThreads, microbatch_env(base + ".log", base + ".sqlite", mc.force)),
+          kThreads);
+      for (const auto& j : lines) CHECK(j.at("workspace") == 0);
+      const std::string first = read_file(base + ".mb.0");
+      for (int t = 0; t < kThreads; ++t) {
+        INFO("thread " << t);
+        const std::string out = read_file(base + ".mb." + std::to_string(t));
+        const double err = raw_rel_l2(out, ref, mc.bf16);
+        INFO("relative L2 error " << err);
+        CHECK(err <= client_tolerance(kind, mc.bf16));
+        const bool same = out == first;  // one decision, the same plans on every handle
+        CHECK(same);
+      }
+      const std::string log = read_file(base + ".log");
+      check_recognised(log, kind, kThreads * kRepeat);
+      check_microbatched(log, kind, mc.bf16, kThreads, kThreads * kRepeat);
     }
   }
 }

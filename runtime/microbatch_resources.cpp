@@ -1,0 +1,94 @@
+// MicroBatchResources (microbatch_resources.h): settings, the benchmark cache opened once, the
+// workspace pools per device.
+#include "runtime/microbatch_resources.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+#include "runtime/log.h"
+#include "runtime/real_api.h"
+
+namespace vcudnn {
+
+cudaStream_t handle_stream(cudnnHandle_t handle) {
+  cudaStream_t s = nullptr;
+  if (real().cudnnGetStream && real().cudnnGetStream(handle, &s) != CUDNN_STATUS_SUCCESS) s = nullptr;
+  return s;
+}
+
+bool stream_capturing(cudaStream_t stream) {
+  const RealCudart& rt = real_cudart();
+  if (!rt.cudaStreamIsCapturing) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (rt.cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    rt.cudaGetLastError();
+    return true;  // cannot tell: behave as under capture
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+MicroBatchSettings MicroBatchSettings::from(const Options& o) {
+  MicroBatchSettings s;
+  s.limit = o.workspace_limit;
+  s.total = o.total_workspace;
+  s.batch_policy = static_cast<BatchPolicy>(std::clamp(o.batch_policy, 0, 2));
+  const std::string& cache = o.get(kCache);
+  if (cache.empty())
+    s.cache_path = default_bench_cache_path();
+  else if (cache != "off")
+    s.cache_path = expand_path(cache);
+  if (const char* f = std::getenv("VCUDNN_TEST_FORCE_SPLIT"); f && std::atoi(f) > 0) s.force_split = std::atoi(f);
+  return s;
+}
+
+BenchCache* MicroBatchResources::cache() {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (cache_opened_) return cache_.get();
+  cache_opened_ = true;
+  const RealCudart& rt = real_cudart();
+  size_t free_bytes = 0, card = 0;
+  if (rt.cudaMemGetInfo && rt.cudaMemGetInfo(&free_bytes, &card) == cudaSuccess) {
+    if (auto w = workspace_limit_warning(settings_.limit, settings_.total, card)) VCUDNN_LOG_WARN("microbatch: {}", *w);
+  } else if (rt.cudaGetLastError) {
+    rt.cudaGetLastError();
+  }
+  if (!settings_.cache_path.empty()) {
+    std::string warning, error;
+    cache_ = BenchCache::open(settings_.cache_path, &warning, &error);
+    if (!warning.empty()) VCUDNN_LOG_WARN("benchmark cache: {}", warning);
+    if (!cache_) VCUDNN_LOG_WARN("benchmark cache unusable, benchmarking without it: {}", error);
+  }
+  return cache_.get();
+}
+
+pool::WorkspacePool* MicroBatchResources::pool_for_current_device() {
+  const RealCudart& rt = real_cudart();
+  int dev = 0;
+  if (!rt.cudaGetDevice || rt.cudaGetDevice(&dev) != cudaSuccess) {
+    if (rt.cudaGetLastError) rt.cudaGetLastError();
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  auto& p = pools_[dev];
+  if (!p) {
+    const uint64_t total = settings_.total ? *settings_.total : std::numeric_limits<uint64_t>::max() / 4;
+    p = std::make_unique<pool::WorkspacePool>(backend_, total, settings_.cap());
+  }
+  return p.get();
+}
+
+MicroBatchResources::PoolPeaks MicroBatchResources::pool_peaks() const {
+  PoolPeaks peaks;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  for (const auto& [dev, p] : pools_) {
+    const auto s = p->stats();
+    peaks.reserved += s.peak_reserved;
+    peaks.stream_reserved = std::max(peaks.stream_reserved, s.peak_stream_reserved);
+  }
+  return peaks;
+}
+
+}  // namespace vcudnn
