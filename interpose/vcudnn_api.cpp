@@ -124,6 +124,23 @@ cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, const cudnnTen
   }
 }
 
+cudnnStatus_t vcudnnGetExecutionPlanInfo(cudnnBackendDescriptor_t plan, vcudnnPlanInfo_t* info) {
+  if (!info) return CUDNN_STATUS_BAD_PARAM;
+  try {
+    const std::optional<GraphPlanInfo> p = Engine::get().graph_plan_info(plan);
+    if (!p) return CUDNN_STATUS_NOT_SUPPORTED;
+    *info = vcudnnPlanInfo_t{};
+    info->microBatches = p->micro_batches;
+    info->firstAlgo = static_cast<int>(p->first_engine);
+    info->workspaceBytes = p->workspace;
+    info->predictedMs = static_cast<float>(p->predicted_ms);
+    info->fallback = p->fallback ? 1 : 0;
+    std::snprintf(info->description, sizeof info->description, "%s", p->description.c_str());
+    return CUDNN_STATUS_SUCCESS;
+  } catch (...) {
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
+}
 
 cudnnStatus_t vcudnnGetMemoryStats(vcudnnMemoryStats_t* out) {
   if (!out) return CUDNN_STATUS_BAD_PARAM;

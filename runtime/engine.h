@@ -52,6 +52,10 @@ class Engine {
   bool graph_plan_managed(cudnnBackendDescriptor_t plan) const {
     return graph_microbatcher_ && graph_microbatcher_->managed(plan);
   }
+  // What vcudnn runs for a plan it took over (nullopt: not taken over, or not run yet).
+  std::optional<GraphPlanInfo> graph_plan_info(cudnnBackendDescriptor_t plan) const {
+    return graph_microbatcher_ ? graph_microbatcher_->plan_info(plan) : std::nullopt;
+  }
   // A managed plan's execution when vcudnn failed before making it: the caller's plan with a
   // workspace vcudnn supplies. Never throws.
   cudnnStatus_t graph_fallback(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,

@@ -178,21 +178,6 @@ std::optional<std::string> graph_unsliceable(const ConvLayer& l) {
   return std::nullopt;
 }
 
-std::vector<int32_t> graph_candidate_batches(const MicroBatchSettings& settings, ConvKind kind,
-                                             const ConvLayer& layer) {
-  const int32_t batch = static_cast<int32_t>(layer.x.dims[0]);
-  // Splitting a 16-bit weight gradient would round every partial sum to 16 bits: not done.
-  if (kind == ConvKind::kBackwardFilter && sixteen_bit(layer.w.dtype)) return {batch};
-  std::vector<int32_t> batches = candidate_batches(settings.batch_policy, batch);
-  if (settings.force_split && *settings.force_split < batch) {
-    batches.push_back(*settings.force_split);
-    if (batch % *settings.force_split) batches.push_back(batch % *settings.force_split);
-  }
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  return batches;
-}
-
 std::vector<SplitStep> steps_of(const MicroConfig& config) {
   std::vector<SplitStep> steps;
   for (const MicroKernel& k : config.kernels) steps.push_back({k.batch, static_cast<int64_t>(k.algo)});
@@ -255,6 +240,31 @@ void GraphMicroBatcher::workspace_size(cudnnBackendDescriptor_t plan, const std:
 bool GraphMicroBatcher::managed(cudnnBackendDescriptor_t plan) const {
   std::shared_lock<std::shared_mutex> lock(managed_mu_);
   return managed_.count(plan) != 0;
+}
+
+std::optional<GraphPlanInfo> GraphMicroBatcher::plan_info(cudnnBackendDescriptor_t plan) const {
+  std::shared_ptr<const Runner> runner;
+  int64_t real = 0;
+  {
+    std::shared_lock<std::shared_mutex> lock(managed_mu_);
+    const auto it = managed_.find(plan);
+    if (it == managed_.end() || !it->second.runner) return std::nullopt;
+    runner = it->second.runner;
+    real = it->second.real_workspace;
+  }
+  GraphPlanInfo info;
+  info.description = runner->decision->description;
+  if (!runner->split) {
+    info.workspace = static_cast<uint64_t>(real);
+    info.fallback = true;
+    return info;
+  }
+  const GraphConvSplit& s = *runner->split;
+  info.micro_batches = static_cast<int>(s.steps.size());
+  info.first_engine = s.steps.empty() ? -1 : s.plans[s.steps[0].plan].engine();
+  info.workspace = s.workspace_bytes;
+  info.predicted_ms = runner->decision->decision.config.time_ms;
+  return info;
 }
 
 void GraphMicroBatcher::forget(cudnnBackendDescriptor_t descriptor) {
@@ -403,11 +413,11 @@ std::shared_ptr<const GraphMicroBatcher::Decision> GraphMicroBatcher::decide(cud
                                                                              const GraphConv& conv,
                                                                              const KernelKey& key) {
   auto d = std::make_shared<Decision>();
-  auto m = measure(handle, stream, conv, key, graph_candidate_batches(settings_, key.kind, key.layer));
+  auto m = measure(handle, stream, conv, key, microbatch_candidate_batches(settings_, key.kind, key.layer));
   if (m) {
     PlanRequest req;
     req.limit = settings_.cap();
-    req.allow_split = !(key.kind == ConvKind::kBackwardFilter && sixteen_bit(key.layer.w.dtype));
+    req.allow_split = microbatch_split_allowed(key.kind, key.layer);
     req.force_split = settings_.force_split;
     d->decision = choose_microbatch_plan(m.value(), req);
   } else {

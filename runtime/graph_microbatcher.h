@@ -62,14 +62,21 @@ uint32_t denied_notes_for(std::optional<uint32_t> caller, int32_t dtype);
 // packed NCHW or NHWC x and y (the N stride the outermost), an NCHW or NHWC filter, float, double,
 // half or bf16 data.
 std::optional<std::string> graph_unsliceable(const ConvLayer& layer);
-// The sizes measured for a kernel: the batch policy's, the forced split's (and its remainder), only
-// the whole batch for a 16-bit weight gradient. Ascending.
-std::vector<int32_t> graph_candidate_batches(const MicroBatchSettings& settings, ConvKind kind, const ConvLayer& layer);
 // The micro-batches of a configuration in execution order, each on its measured engine (algo).
 std::vector<SplitStep> steps_of(const MicroConfig& config);
 // The cache's layer text for one graph-API measurement.
 std::string graph_bench_layer_key(const ConvLayer& micro, uint32_t denied_notes, double alpha, double beta,
                                   int64_t base_alignment);
+
+// What vcudnn runs for a plan it took over (vcudnnGetExecutionPlanInfo).
+struct GraphPlanInfo {
+  int micro_batches = 1;      // executions per call (1: undivided)
+  int64_t first_engine = -1;  // global index of the first micro-batch's engine (-1: the caller's plan)
+  uint64_t workspace = 0;     // what vcudnn supplies per call
+  double predicted_ms = 0;    // the measured configuration's time (0 when the caller's plan runs)
+  bool fallback = false;      // the caller's own plan runs, with a workspace over the limit
+  std::string description;
+};
 
 // ---- The micro-batcher
 
@@ -82,6 +89,8 @@ class GraphMicroBatcher {
   // answer, set to 0 when vcudnn takes the plan over (Note [Taking over a graph-API plan]).
   void workspace_size(cudnnBackendDescriptor_t plan, const std::optional<GraphConv>& conv, int64_t* size);
   bool managed(cudnnBackendDescriptor_t plan) const;
+  // nullopt unless `plan` was taken over and has run (its decision made).
+  std::optional<GraphPlanInfo> plan_info(cudnnBackendDescriptor_t plan) const;
   // A descriptor or a handle was destroyed: what vcudnn keeps for it goes.
   void forget(cudnnBackendDescriptor_t descriptor);
   void handle_destroyed(cudnnHandle_t handle);

@@ -13,6 +13,25 @@
 
 namespace vcudnn {
 
+bool microbatch_split_allowed(ConvKind kind, const ConvLayer& layer) {
+  const int32_t w = layer.w.dtype;
+  return !(kind == ConvKind::kBackwardFilter && (w == CUDNN_DATA_HALF || w == CUDNN_DATA_BFLOAT16));
+}
+
+std::vector<int32_t> microbatch_candidate_batches(const MicroBatchSettings& settings, ConvKind kind,
+                                                  const ConvLayer& layer) {
+  const int32_t batch = static_cast<int32_t>(layer.x.dims[0]);
+  if (!microbatch_split_allowed(kind, layer)) return {batch};
+  std::vector<int32_t> batches = candidate_batches(settings.batch_policy, batch);
+  if (settings.force_split && *settings.force_split < batch) {
+    batches.push_back(*settings.force_split);
+    if (batch % *settings.force_split) batches.push_back(batch % *settings.force_split);
+  }
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  return batches;
+}
+
 cudaStream_t handle_stream(cudnnHandle_t handle) {
   cudaStream_t s = nullptr;
   if (real().cudnnGetStream && real().cudnnGetStream(handle, &s) != CUDNN_STATUS_SUCCESS) s = nullptr;

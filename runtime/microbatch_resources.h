@@ -13,7 +13,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "planner/conv_layer.h"
 #include "planner/microbatch.h"
 #include "pool/workspace_pool.h"
 #include "runtime/bench_cache.h"
@@ -32,6 +34,14 @@ struct MicroBatchSettings {
   // The most workspace one kernel may use: the limit, or the total when that is smaller.
   uint64_t cap() const { return total && *total < limit ? *total : limit; }
 };
+
+// Whether a kernel may run as micro-batches: not a 16-bit weight gradient (splitting it would round
+// every partial sum to 16 bits).
+bool microbatch_split_allowed(ConvKind kind, const ConvLayer& layer);
+// The micro-batch sizes measured for a kernel, both APIs: the batch policy's and the forced split's
+// (and its remainder); only the whole batch where splitting is not allowed. Ascending.
+std::vector<int32_t> microbatch_candidate_batches(const MicroBatchSettings& settings, ConvKind kind,
+                                                  const ConvLayer& layer);
 
 // The stream set in `handle` (the legacy default stream when it cannot be read).
 cudaStream_t handle_stream(cudnnHandle_t handle);

@@ -24,8 +24,6 @@ std::string mib(uint64_t b) {
   return buf;
 }
 
-bool sixteen_bit(int32_t dtype) { return dtype == CUDNN_DATA_HALF || dtype == CUDNN_DATA_BFLOAT16; }
-
 // First row of cuDNN's heuristics that needs no workspace and keeps the layer's math.
 std::optional<MicroKernel> zero_workspace_kernel(const ConvCall& call, const ConvLayer& layer) {
   MaxCountQuery mq{call.kind, call.handle, nullptr};
@@ -153,18 +151,9 @@ std::shared_ptr<const KernelPlan> MicroBatcher::plan_for(const ConvCall& call, c
   }
   const auto t0 = std::chrono::steady_clock::now();
   BenchCache* cache = resources_->cache();
-  const int32_t batch = static_cast<int32_t>(layer.x.dims[0]);
-  std::vector<int32_t> batches = candidate_batches(settings_.batch_policy, batch);
-  if (settings_.force_split && *settings_.force_split < batch) {
-    batches.push_back(*settings_.force_split);
-    if (batch % *settings_.force_split) batches.push_back(batch % *settings_.force_split);
-  }
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  const uint64_t cap = settings_.total ? std::min(settings_.limit, *settings_.total) : settings_.limit;
-  // Splitting a 16-bit weight gradient would round every partial sum to 16 bits: not done.
-  const bool allow_split = !(call.kind == ConvKind::kBackwardFilter && sixteen_bit(layer.w.dtype));
-  if (!allow_split) batches = {batch};
+  const std::vector<int32_t> batches = microbatch_candidate_batches(settings_, call.kind, layer);
+  const uint64_t cap = settings_.cap();
+  const bool allow_split = microbatch_split_allowed(call.kind, layer);
 
   std::shared_ptr<KernelPlan> plan;
   auto bench = benchmark_kernel(call, layer, batches, cap, cache);
@@ -335,7 +324,7 @@ void MicroBatcher::plan_network() {
   uint64_t wr_ws = 0;
   for (const auto& [k, p] : kernels) {
     MicroBatchMeasurements m = p->measurements;
-    if (k.kind == ConvKind::kBackwardFilter && sixteen_bit(k.layer.w.dtype))
+    if (!microbatch_split_allowed(k.kind, k.layer))
       for (auto it = m.by_batch.begin(); it != m.by_batch.end();)
         it = it->first == m.mini_batch ? std::next(it) : m.by_batch.erase(it);
     ms.push_back(std::move(m));

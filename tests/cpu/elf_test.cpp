@@ -210,7 +210,8 @@ TEST_CASE("elf: pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt are exporte
 TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
   const auto syms = by_name(libvcudnn().dynsym);
   for (const char* name :
-       {"vcudnnCreate", "vcudnnIterationBoundary", "vcudnnGetCudnnHandle", "vcudnnDestroy", "vcudnnGetVersionString"}) {
+       {"vcudnnCreate", "vcudnnIterationBoundary", "vcudnnGetCudnnHandle", "vcudnnDestroy", "vcudnnGetVersionString",
+        "vcudnnGetConvolutionPlanInfo", "vcudnnGetExecutionPlanInfo", "vcudnnGetMemoryStats"}) {
     INFO(name);
     auto it = syms.find(name);
     REQUIRE(it != syms.end());

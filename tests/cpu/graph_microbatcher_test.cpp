@@ -158,17 +158,18 @@ TEST_CASE("graph microbatch: packed NCHW or NHWC layers of sliceable types only"
 TEST_CASE("graph microbatch: the sizes measured follow the policy, the forced split, the 16-bit rule",
           "[graph_api][microbatch]") {
   const ConvLayer l = test::conv_of(ConvKind::kForward, 16, 7).layer;  // N = 8
-  CHECK(graph_candidate_batches(settings(1 << 20), ConvKind::kForward, l) == std::vector<int32_t>{1, 2, 4, 8});
-  CHECK(graph_candidate_batches(settings(1 << 20, 3), ConvKind::kForward, l) == std::vector<int32_t>{1, 2, 3, 4, 8});
-  CHECK(graph_candidate_batches(settings(1 << 20, 5), ConvKind::kBackwardData, l) ==
+  CHECK(microbatch_candidate_batches(settings(1 << 20), ConvKind::kForward, l) == std::vector<int32_t>{1, 2, 4, 8});
+  CHECK(microbatch_candidate_batches(settings(1 << 20, 3), ConvKind::kForward, l) ==
+        std::vector<int32_t>{1, 2, 3, 4, 8});
+  CHECK(microbatch_candidate_batches(settings(1 << 20, 5), ConvKind::kBackwardData, l) ==
         std::vector<int32_t>{1, 2, 3, 4, 5, 8});
   MicroBatchSettings undivided = settings(1 << 20);
   undivided.batch_policy = BatchPolicy::kUndivided;
-  CHECK(graph_candidate_batches(undivided, ConvKind::kForward, l) == std::vector<int32_t>{8});
+  CHECK(microbatch_candidate_batches(undivided, ConvKind::kForward, l) == std::vector<int32_t>{8});
   ConvLayer bf16 = l;
   bf16.x.dtype = bf16.y.dtype = bf16.w.dtype = CUDNN_DATA_BFLOAT16;
-  CHECK(graph_candidate_batches(settings(1 << 20, 3), ConvKind::kBackwardFilter, bf16) == std::vector<int32_t>{8});
-  CHECK(graph_candidate_batches(settings(1 << 20, 3), ConvKind::kForward, bf16).size() == 5);
+  CHECK(microbatch_candidate_batches(settings(1 << 20, 3), ConvKind::kBackwardFilter, bf16) == std::vector<int32_t>{8});
+  CHECK(microbatch_candidate_batches(settings(1 << 20, 3), ConvKind::kForward, bf16).size() == 5);
 }
 
 TEST_CASE("graph microbatch: a decision's micro-batches run in order, offsets accumulating",
@@ -246,12 +247,14 @@ TEST_CASE("graph microbatch: plans of one convolution over the limit are taken o
   CHECK(answer(g, shadow, big, 4 * limit) == 0);  // vcudnn supplies it
   CHECK(g.managed(big));
   CHECK(answer(g, shadow, big, 4 * limit) == 0);  // asked again: the same answer
+  CHECK_FALSE(g.plan_info(big));                  // taken over, but no decision before its first execution
   // cuDNN's own answer stays in the shadow (the caller's plan needs it when vcudnn runs it).
   CHECK(shadow.convolution(big, nullptr)->workspace_bytes == 4 * limit);
 
   const auto small = b.plan_of(b.conv_op(false));
   CHECK(answer(g, shadow, small, limit) == limit);  // fits: cuDNN's engine, untouched
   CHECK_FALSE(g.managed(small));
+  CHECK_FALSE(g.plan_info(small));
 
   const auto other = b.plan_of(b.pointwise_op());
   CHECK(answer(g, shadow, other, 4 * limit) == 4 * limit);  // not a convolution

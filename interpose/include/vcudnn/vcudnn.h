@@ -147,6 +147,14 @@ VCUDNN_API cudnnStatus_t vcudnnGetConvolutionPlanInfo(vcudnnConvKind_t kind, con
                                                       const cudnnConvolutionDescriptor_t convDesc,
                                                       const cudnnTensorDescriptor_t yDesc, vcudnnPlanInfo_t* info);
 
+/* The same for a graph-API execution plan (CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) that vcudnn took
+ * over, PyTorch's default path (its workspace size read as 0: it exceeded VCUDNN_WORKSPACE_LIMIT).
+ * firstAlgo is the global index of the first micro-batch's engine, -1 with fallback 1 when the
+ * caller's own plan runs (with a workspace of its own size, supplied by vcudnn). predictedMs is 0
+ * then. CUDNN_STATUS_NOT_SUPPORTED when vcudnn did not take the plan over (it fits the limit, or
+ * another policy) or the plan has not run yet; CUDNN_STATUS_BAD_PARAM for a NULL info. */
+VCUDNN_API cudnnStatus_t vcudnnGetExecutionPlanInfo(cudnnBackendDescriptor_t plan, vcudnnPlanInfo_t* info);
+
 /* Memory ownership (VCUDNN_POLICY=offload): what vcudnn's device arena holds. Byte counts are
  * physical device memory unless named otherwise. */
 typedef struct {
