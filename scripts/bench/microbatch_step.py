@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Worker of scripts/bench/microbatch, part B: one PyTorch training configuration in its own process.
-Synthetic data, SGD; the driver sets the environment (TORCH_CUDNN_V8_API_DISABLED=1, and LD_PRELOAD / VCUDNN_* for
-the vcudnn configurations). Times the first step alone (where vcudnn plans), then windows of steps after the
+Synthetic data, SGD; the driver sets the environment (TORCH_CUDNN_V8_API_DISABLED=1 for the legacy path,
+LD_PRELOAD / VCUDNN_* for the vcudnn configurations). Times the first step alone (where vcudnn plans), then windows of steps after the
 warm-up, as pytorch_step.py does; writes one JSON object to --out."""
 import argparse
 import json
