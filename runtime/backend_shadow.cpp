@@ -250,9 +250,11 @@ void BackendShadow::set_locked(Desc& desc, cudnnBackendAttributeName_t name, cud
       return;
     case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR:
       if (name == CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG) {
-        if (const Desc* cfg = find_locked(one_descriptor(type, count, elements))) {
+        const cudnnBackendDescriptor_t config = one_descriptor(type, count, elements);
+        if (const Desc* cfg = find_locked(config)) {
           desc.graph = cfg->graph;
           desc.engine = cfg->engine;
+          desc.config = config;
         }
       } else if (name == CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION) {
         desc.graph = nullptr;  // loaded from JSON: what it runs is not known
@@ -386,6 +388,8 @@ std::optional<GraphConv> BackendShadow::convolution(cudnnBackendDescriptor_t pla
     g.beta = op.beta;
     g.workspace_bytes = p->workspace_bytes;
     g.engine = p->engine;
+    if (const Desc* cfg = find_locked(p->config); cfg && cfg->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)
+      g.engine_config = p->config;
     if (const Desc* vp = find_locked(variant_pack)) {
       const size_t n = std::min(vp->uids.size(), vp->pointers.size());
       for (size_t i = 0; i < n; ++i) {

@@ -53,6 +53,9 @@ struct GraphConv {
   uint64_t workspace = 0;                      // the variant pack's workspace pointer
   std::optional<int64_t> workspace_bytes;      // the plan's, when the program asked for it
   int64_t engine = -1;                         // the engine's global index, when known
+  // The plan's engine configuration while the caller keeps it (nullptr once destroyed): what cuDNN
+  // can be asked for the engine when the caller never read its index.
+  cudnnBackendDescriptor_t engine_config = nullptr;
   double alpha = 1.0, beta = 0.0;
 };
 
@@ -114,6 +117,7 @@ class BackendShadow {
     int64_t engine = -1;
     cudnnBackendDescriptor_t owner = nullptr;  // engine: the configuration cuDNN filled it from
     std::optional<int64_t> workspace_bytes;    // plan
+    cudnnBackendDescriptor_t config = nullptr;  // plan: its engine configuration
     std::vector<int64_t> uids;               // variant pack
     std::vector<uint64_t> pointers;
     uint64_t workspace = 0;

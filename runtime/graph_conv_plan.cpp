@@ -176,14 +176,14 @@ Status read_engine(const BackendDescriptor& engine, Candidate& c) {
   return ok_status();
 }
 
-Status read_config_engine(Candidate& c) {
+Status read_config_engine(cudnnBackendDescriptor_t config, Candidate& c) {
   auto engine = make_descriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   if (!engine) return engine.error();
   cudnnBackendDescriptor_t raw = engine.value().get();
   int64_t count = 0;
   // cuDNN fills the engine descriptor we created (as cudnn-frontend reads it).
   const cudnnStatus_t st =
-      real_backend().get(c.config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &raw);
+      real_backend().get(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &raw);
   if (st != CUDNN_STATUS_SUCCESS) return backend_error("reading the configuration's engine", st);
   return read_engine(engine.value(), c);
 }
@@ -220,7 +220,7 @@ Result<std::vector<Candidate>> heuristic_candidates(const BackendDescriptor& gra
   for (int64_t i = 0; i < returned; ++i) {
     Candidate c;
     c.config = std::move(configs[i]);
-    if (Status s = read_config_engine(c); !s) {
+    if (Status s = read_config_engine(c.config.get(), c); !s) {
       reasons.push_back("configuration " + std::to_string(i) + ": " + s.error().message);
       continue;
     }
@@ -389,6 +389,13 @@ Result<ConvGraph> build_conv_graph(cudnnHandle_t handle, const ConvLayer& layer,
 }
 
 // ---- Plans
+
+Result<ConfigEngine> configuration_engine(cudnnBackendDescriptor_t config) {
+  if (!config) return Error{"no engine configuration"};
+  Candidate c;
+  VCUDNN_GRAPH_TRY(read_config_engine(config, c));
+  return ConfigEngine{c.engine, c.notes};
+}
 
 Result<uint32_t> engine_numerical_notes(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind, int64_t engine,
                                         const GraphConvPlanSpec& spec) {

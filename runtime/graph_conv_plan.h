@@ -103,6 +103,15 @@ struct ConvGraph {
 Result<ConvGraph> build_conv_graph(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind,
                                    const GraphConvPlanSpec& spec);
 
+// The engine of an engine configuration the caller built (a raw descriptor that stays the caller's):
+// its global index and numerical notes (note_bit() of each), read as cudnn-frontend reads them,
+// through an engine descriptor cuDNN fills.
+struct ConfigEngine {
+  int64_t engine = -1;
+  uint32_t notes = 0;
+};
+Result<ConfigEngine> configuration_engine(cudnnBackendDescriptor_t config);
+
 // The numerical notes (note_bit() of each) of engine `engine` (global index) on the graph of
 // `layer` built with `spec` (its batch and alignments), read from the engine finalized with its
 // default knobs: what the engine's plans do to the numerics, whichever configuration runs.

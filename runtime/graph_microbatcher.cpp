@@ -229,7 +229,7 @@ void GraphMicroBatcher::workspace_size(cudnnBackendDescriptor_t plan, const std:
   }
   {
     std::unique_lock<std::shared_mutex> lock(managed_mu_);
-    managed_[plan] = Managed{*size, nullptr, nullptr};
+    managed_[plan] = Managed{*size, caller_engine(*conv), nullptr, nullptr};
   }
   ++n_managed_;
   VCUDNN_LOG_DEBUG("graph_microbatch: {} {}: plan {} needs {} bytes of workspace; vcudnn supplies it (answered 0)",
@@ -298,7 +298,23 @@ int64_t GraphMicroBatcher::real_workspace(cudnnBackendDescriptor_t plan) const {
 
 // ---- Deciding
 
-GraphMicroBatcher::KernelKey GraphMicroBatcher::key_of(cudnnHandle_t handle, const GraphConv& conv) const {
+GraphMicroBatcher::CallerEngine GraphMicroBatcher::caller_engine(const GraphConv& conv) const {
+  CallerEngine c;
+  c.engine = conv.engine;
+  if (c.engine >= 0 || !conv.engine_config) return c;  // known: its notes are read on vcudnn's graph
+  auto e = configuration_engine(conv.engine_config);
+  if (!e) {
+    VCUDNN_LOG_DEBUG("graph_microbatch: the engine of the caller's configuration cannot be read ({})",
+                     e.error().message);
+    return c;
+  }
+  c.engine = e->engine;
+  c.notes = e->notes;
+  return c;
+}
+
+GraphMicroBatcher::KernelKey GraphMicroBatcher::key_of(cudnnHandle_t handle, const GraphConv& conv,
+                                                       const CallerEngine& caller) const {
   KernelKey k;
   k.layer = conv.layer;
   k.kind = conv.kind;
@@ -306,13 +322,13 @@ GraphMicroBatcher::KernelKey GraphMicroBatcher::key_of(cudnnHandle_t handle, con
   k.beta = conv.beta;
   const auto at = [](uint64_t p) { return pointer_alignment(reinterpret_cast<const void*>(p)); };
   k.base_alignment = std::min({at(conv.x), at(conv.w), at(conv.y)});
-  std::optional<uint32_t> notes;
-  if (conv.engine >= 0) {
+  std::optional<uint32_t> notes = caller.notes;
+  if (!notes && caller.engine >= 0) {
     GraphConvPlanSpec spec;
     spec.x_alignment = spec.w_alignment = spec.y_alignment = k.base_alignment;
     spec.alpha = conv.alpha;
     spec.beta = conv.beta;
-    auto n = engine_numerical_notes(handle, conv.layer, conv.kind, conv.engine, spec);
+    auto n = engine_numerical_notes(handle, conv.layer, conv.kind, caller.engine, spec);
     if (n)
       notes = n.value();
     else
@@ -438,8 +454,10 @@ std::shared_ptr<const GraphMicroBatcher::Decision> GraphMicroBatcher::decide(cud
   d->steps = steps_of(d->decision.config);
   d->description = d->decision.config.to_string();
   if (d->steps.size() > 1) ++n_split_;
-  VCUDNN_LOG_INFO("graph_microbatch: {}: {}; best undivided within the limit: {} ({})", kernel, d->description,
-                  undivided, d->decision.reason);
+  VCUDNN_LOG_INFO(
+      "graph_microbatch: {}: {}; best undivided within the limit: {} ({}); the caller's engine {}, vcudnn's "
+      "engines without the numerical notes {:#x}",
+      kernel, d->description, undivided, d->decision.reason, conv.engine, key.denied_notes);
   return d;
 }
 
@@ -482,7 +500,13 @@ std::shared_ptr<const GraphMicroBatcher::Runner> GraphMicroBatcher::runner_for(c
                                                                                const GraphConv& conv,
                                                                                cudaStream_t stream) {
   const auto t0 = std::chrono::steady_clock::now();
-  const KernelKey key = key_of(handle, conv);
+  CallerEngine caller;
+  {
+    std::shared_lock<std::shared_mutex> lock(managed_mu_);
+    if (auto it = managed_.find(plan); it != managed_.end()) caller = it->second.caller;
+  }
+  if (caller.engine < 0) caller.engine = conv.engine;
+  const KernelKey key = key_of(handle, conv, caller);
   std::shared_ptr<const Runner> runner;
   {
     std::lock_guard<std::mutex> planning(planning_mu_);
@@ -494,7 +518,9 @@ std::shared_ptr<const GraphMicroBatcher::Runner> GraphMicroBatcher::runner_for(c
       if (auto dit = decisions_.find(key); dit != decisions_.end()) {
         d = dit->second;
       } else {
-        d = decide(handle, stream, conv, key);
+        GraphConv known = conv;
+        known.engine = caller.engine;  // for the log
+        d = decide(handle, stream, known, key);
         decisions_[key] = d;
       }
       runner = build_runner(handle, key, d);

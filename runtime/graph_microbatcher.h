@@ -136,15 +136,23 @@ class GraphMicroBatcher {
   struct RunnerKeyHash {
     size_t operator()(const RunnerKey& k) const;
   };
+  // The engine the caller's plan runs, read through its configuration when the plan was taken over
+  // (PyTorch never reads the index itself, so the shadow may not know it).
+  struct CallerEngine {
+    int64_t engine = -1;
+    std::optional<uint32_t> notes;  // nullopt: unknown
+  };
   struct Managed {
     int64_t real_workspace = 0;
+    CallerEngine caller;
     cudnnHandle_t handle = nullptr;  // the handle `runner` was built on
     std::shared_ptr<const Runner> runner;
   };
 
   std::shared_ptr<const Runner> runner_for(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, const GraphConv& conv,
                                            cudaStream_t stream);
-  KernelKey key_of(cudnnHandle_t handle, const GraphConv& conv) const;
+  KernelKey key_of(cudnnHandle_t handle, const GraphConv& conv, const CallerEngine& caller) const;
+  CallerEngine caller_engine(const GraphConv& conv) const;
   std::shared_ptr<const Decision> decide(cudnnHandle_t handle, cudaStream_t stream, const GraphConv& conv,
                                          const KernelKey& key);
   Result<MicroBatchMeasurements> measure(cudnnHandle_t handle, cudaStream_t stream, const GraphConv& conv,

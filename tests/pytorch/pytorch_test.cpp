@@ -213,6 +213,7 @@ namespace {
 struct DefaultPathLosses {
   std::vector<double> alone, other, with;
   std::string exit;
+  std::vector<std::string> decisions;  // vcudnn's graph_microbatch decision lines
 };
 
 DefaultPathLosses default_path_microbatch(const TempDir& tmp, const std::string& tag,
@@ -239,6 +240,7 @@ DefaultPathLosses default_path_microbatch(const TempDir& tmp, const std::string&
   const auto lines = grep(with.log, "exit: ");
   REQUIRE(lines.size() == 1);
   r.exit = lines[0];
+  r.decisions = grep(with.log, "best undivided within the limit");
   return r;
 }
 
@@ -275,8 +277,16 @@ void check_bf16_losses(const DefaultPathLosses& l) {
 
 // vcudnn split graph-API convolutions, never fell back to the caller's plan (whose workspace is over
 // the limit) and held at most the limit of workspace per stream.
-void check_graph_microbatch(const std::string& exit) {
+void check_graph_microbatch(const DefaultPathLosses& l) {
+  const std::string& exit = l.exit;
   INFO(exit);
+  // Every decision knows PyTorch's engine, read through its configuration (PyTorch never reads the
+  // index itself): its numerical notes set which engines vcudnn may use.
+  CHECK_FALSE(l.decisions.empty());
+  for (const std::string& d : l.decisions) {
+    INFO(d);
+    CHECK(d.find("the caller's engine -1,") == std::string::npos);
+  }
   CHECK(counter_value(exit, "stream_peak") > 0);
   CHECK(counter_value(exit, "stream_peak") <= 64 << 20);
   CHECK(counter_value(exit, "graph_managed") > 0);
@@ -296,7 +306,7 @@ TEST_CASE("resnet18 trains under microbatch on PyTorch's default path with losse
   const DefaultPathLosses l = default_path_microbatch(tmp, "resnet18", {});
   check_fp32_losses(l);
   CHECK(l.with.back() < 0.5 * l.with.front());
-  check_graph_microbatch(l.exit);
+  check_graph_microbatch(l);
 }
 
 TEST_CASE(
@@ -312,7 +322,7 @@ TEST_CASE(
       default_path_microbatch(tmp, "resnet18-bench", {"--channels-last", "--bf16"}, /*benchmark=*/true);
   check_bf16_losses(l);
   CHECK(l.with.back() < 0.5 * l.with.front());
-  check_graph_microbatch(l.exit);
+  check_graph_microbatch(l);
 }
 
 TEST_CASE(
@@ -320,7 +330,9 @@ TEST_CASE(
     "default path",
     "[pytorch][graph_api]") {
   TempDir tmp;
-  check_fp32_losses(default_path_microbatch(tmp, "mobilenet-fp32", {"--model", "mobilenet_v3_small"}));
+  const DefaultPathLosses l = default_path_microbatch(tmp, "mobilenet-fp32", {"--model", "mobilenet_v3_small"});
+  check_fp32_losses(l);
+  check_graph_microbatch(l);
 }
 
 TEST_CASE("mobilenet_v3_small, channels_last and bf16 autocast, trains under microbatch on the default path",
@@ -329,5 +341,5 @@ TEST_CASE("mobilenet_v3_small, channels_last and bf16 autocast, trains under mic
   const DefaultPathLosses l =
       default_path_microbatch(tmp, "mobilenet", {"--model", "mobilenet_v3_small", "--channels-last", "--bf16"});
   check_bf16_losses(l);
-  check_graph_microbatch(l.exit);
+  check_graph_microbatch(l);
 }
