@@ -7,165 +7,25 @@
 // of either side timed with events on one stream, the order alternating between rounds.
 // Writes one JSON object per line: a header, then one per (net, layer, kind).
 //   usage: vcudnn_bench_microbatch [--net alexnet|resnet50|vgg16|all] [--dtype fp32|bf16] [--limit BYTES]
-//          [--rounds R] [--reps K] [--json FILE] [--vcudnn PATH] [--quick] [--list]
+//          [--rounds R] [--reps K] [--batch N] [--json FILE] [--vcudnn PATH] [--quick] [--list]
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
-#include <dlfcn.h>
-#include <unistd.h>
 
 #define VCUDNN_C_API_ONLY
 #include <vcudnn/vcudnn.h>
 
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <map>
-#include <stdexcept>
 #include <string>
-#include <tuple>
 #include <vector>
+
+#include "conv_nets.h"
+#include "layer_bench.h"
 
 namespace {
 
-using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using namespace vcudnn::bench;
 
 // ---------------------------------------------------------------------------------------------------------------
-// Errors: every CUDA / cuDNN status is checked; a failure throws, and the (layer, kind) being measured records it.
-
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw Failure(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-void check_cudnn(cudnnStatus_t s, const char* what) {
-  if (s != CUDNN_STATUS_SUCCESS) throw Failure(std::string(what) + ": " + cudnnGetErrorString(s));
-}
-#define CUDA_OK(e) check_cuda((e), #e)
-#define CUDNN_OK(e) check_cudnn((e), #e)
-
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "vcudnn_bench_microbatch: %s\n", msg.c_str());
-  std::exit(1);
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Layers.
-
-struct Layer {
-  std::string name;  // e.g. "conv2 64->192 5x5/1 @27"
-  int c, k, r, stride, pad, hw;
-  int count = 1;       // occurrences of this shape in the network
-  bool first = false;  // the network's first convolution: no backward-data (its input needs no gradient)
-};
-
-struct Net {
-  std::string name;
-  int batch;
-  std::vector<Layer> layers;
-};
-
-int out_dim(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
-
-// Adds a convolution unless the same shape is already there (then counts it).
-void add_conv(Net& net, const std::string& where, int c, int k, int r, int stride, int pad, int hw,
-              bool first = false) {
-  for (auto& l : net.layers) {
-    if (std::tie(l.c, l.k, l.r, l.stride, l.pad, l.hw) == std::tie(c, k, r, stride, pad, hw)) {
-      ++l.count;
-      l.first = l.first && first;
-      return;
-    }
-  }
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s %d->%d %dx%d/%d @%d", where.c_str(), c, k, r, r, stride, hw);
-  net.layers.push_back(Layer{buf, c, k, r, stride, pad, hw, 1, first});
-}
-
-// torchvision.models.alexnet.
-Net alexnet() {
-  Net n{"alexnet", 256, {}};
-  add_conv(n, "conv1", 3, 64, 11, 4, 2, 224, true);
-  add_conv(n, "conv2", 64, 192, 5, 1, 2, 27);
-  add_conv(n, "conv3", 192, 384, 3, 1, 1, 13);
-  add_conv(n, "conv4", 384, 256, 3, 1, 1, 13);
-  add_conv(n, "conv5", 256, 256, 3, 1, 1, 13);
-  return n;
-}
-
-// torchvision.models.resnet50 (v1.5: the stride sits on the 3x3), distinct shapes, downsample 1x1s included.
-Net resnet50() {
-  Net n{"resnet50", 256, {}};
-  add_conv(n, "conv1", 3, 64, 7, 2, 3, 224, true);
-  int in = 64, hw = out_dim(out_dim(224, 7, 2, 3), 3, 2, 1);  // conv1, then maxpool 3x3/2 pad 1: 56
-  const int widths[4] = {64, 128, 256, 512}, blocks[4] = {3, 4, 6, 3};
-  for (int l = 0; l < 4; ++l) {
-    const int width = widths[l], out = width * 4;
-    for (int b = 0; b < blocks[l]; ++b) {
-      const int stride = (b == 0 && l > 0) ? 2 : 1;
-      const std::string p = "layer" + std::to_string(l + 1) + "." + std::to_string(b) + ".";
-      add_conv(n, p + "conv1", in, width, 1, 1, 0, hw);
-      add_conv(n, p + "conv2", width, width, 3, stride, 1, hw);
-      const int hw2 = out_dim(hw, 3, stride, 1);
-      add_conv(n, p + "conv3", width, out, 1, 1, 0, hw2);
-      if (b == 0) add_conv(n, p + "downsample", in, out, 1, stride, 0, hw);
-      in = out;
-      hw = hw2;
-    }
-  }
-  return n;
-}
-
-// torchvision.models.vgg16 (configuration D), distinct shapes.
-Net vgg16() {
-  Net n{"vgg16", 64, {}};
-  const int cfg[5][3] = {{64, 64, 0}, {128, 128, 0}, {256, 256, 256}, {512, 512, 512}, {512, 512, 512}};
-  int in = 3, hw = 224;
-  for (int b = 0; b < 5; ++b) {
-    for (int i = 0; i < 3 && cfg[b][i]; ++i) {
-      add_conv(n, "conv" + std::to_string(b + 1) + "_" + std::to_string(i + 1), in, cfg[b][i], 3, 1, 1, hw,
-               b == 0 && i == 0);
-      in = cfg[b][i];
-    }
-    hw /= 2;
-  }
-  return n;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Resources (RAII, so that a failure in the middle of a layer frees what it had).
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n, int fill_byte = -1) : bytes(n) {
-    if (n == 0) return;
-    CUDA_OK(cudaMalloc(&p, n));
-    if (fill_byte >= 0) CUDA_OK(cudaMemset(p, fill_byte, n));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p, o.p);
-    std::swap(bytes, o.bytes);
-    return *this;
-  }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-};
+// Descriptors.
 
 struct Descriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -225,17 +85,11 @@ struct Vcudnn {
   decltype(&::vcudnnConvolutionBackwardFilter) bwd_filter = nullptr;
   decltype(&::vcudnnGetConvolutionPlanInfo) plan_info = nullptr;
   decltype(&::vcudnnGetVersionString) version = nullptr;  // optional
+  decltype(&::vcudnnIterationBoundary) boundary = nullptr;  // optional
 };
 
-template <typename F>
-void load_symbol(void* lib, const char* name, F& f, bool required = true) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  if (!f && required) die(std::string("libvcudnn.so lacks ") + name);
-}
-
-Vcudnn load_vcudnn(const std::string& path) {
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) die("cannot load " + path + ": " + dlerror());
+Vcudnn load_library(const std::string& path) {
+  void* lib = open_vcudnn(path);
   Vcudnn v;
   load_symbol(lib, "vcudnnCreate", v.create);
   load_symbol(lib, "vcudnnDestroy", v.destroy);
@@ -245,14 +99,12 @@ Vcudnn load_vcudnn(const std::string& path) {
   load_symbol(lib, "vcudnnConvolutionBackwardFilter", v.bwd_filter);
   load_symbol(lib, "vcudnnGetConvolutionPlanInfo", v.plan_info);
   load_symbol(lib, "vcudnnGetVersionString", v.version, false);
+  load_symbol(lib, "vcudnnIterationBoundary", v.boundary, false);
   return v;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Convolution kinds.
-
-enum Kind { kFwd = 0, kBwdData = 1, kBwdFilter = 2 };
-const char* const kKindNames[] = {"fwd", "bwd_data", "bwd_filter"};
 
 const char* algo_name(Kind kind, int algo) {
   static const char* const fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
@@ -308,15 +160,18 @@ struct Buffers {
 };
 
 // One measurement context: the real cuDNN handle and vcudnn's handle on the same stream.
-struct Ctx {
+struct Ctx : BenchCtx {
   cudnnHandle_t h = nullptr;
   vcudnnHandle_t vh = nullptr;
-  cudaStream_t s = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
   Vcudnn v;
-  void* ws = nullptr;  // the baseline's workspace: `limit` bytes
-  size_t limit = 0;
-  int rounds = 5, reps = 10;
+
+  // bench_main's hooks.
+  void load_vcudnn(const std::string& path) {
+    v = load_library(path);
+    iteration_boundary = v.boundary;
+  }
+  void describe(json&) {}
+  json measure(const std::vector<Net>& nets, size_t ni, size_t li, Kind kind, bool bf16);
 };
 
 const float kOne = 1.0f, kZero = 0.0f;
@@ -385,46 +240,12 @@ cudnnStatus_t run_vcudnn(Ctx& c, Kind kind, Descriptors& d, Buffers& b, vcudnnLa
   return CUDNN_STATUS_BAD_PARAM;
 }
 
-// Milliseconds per call of K back-to-back calls on the stream; throws (after draining the stream) on a failed call.
-double time_reps(Ctx& c, const std::function<cudnnStatus_t()>& call, const char* who) {
-  CUDA_OK(cudaEventRecord(c.e0, c.s));
-  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-  for (int i = 0; i < c.reps && st == CUDNN_STATUS_SUCCESS; ++i) st = call();
-  CUDA_OK(cudaEventRecord(c.e1, c.s));
-  CUDA_OK(cudaEventSynchronize(c.e1));
-  if (st != CUDNN_STATUS_SUCCESS) throw Failure(std::string(who) + " call failed: " + cudnnGetErrorString(st));
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, c.e0, c.e1));
-  return static_cast<double>(ms) / c.reps;
-}
-
-// Linear-interpolated quantile.
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(pos);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
-
 // Measures one (layer, kind). Never throws: failures land in the row's "error" fields.
 json measure(Ctx& c, const Net& net, const Layer& l, Kind kind, bool bf16, vcudnnLayerId_t id) {
-  json row = {{"net", net.name},
-              {"layer", l.name},
-              {"kind", kKindNames[kind]},
-              {"dtype", bf16 ? "bf16" : "fp32"},
-              {"limit", c.limit},
-              {"batch", net.batch},
-              {"count", l.count},
-              {"shape", {{"c", l.c}, {"k", l.k}, {"r", l.r}, {"stride", l.stride}, {"pad", l.pad}, {"hw", l.hw}}}};
-  json base = {{"algo", nullptr}, {"workspace", nullptr}, {"ms", nullptr}, {"p25", nullptr}, {"p75", nullptr}};
-  json vc = {{"micro_batches", nullptr}, {"first_algo", nullptr},  {"workspace", nullptr}, {"predicted_ms", nullptr},
-             {"fallback", nullptr},      {"description", nullptr}, {"ms", nullptr},        {"p25", nullptr},
-             {"p75", nullptr},           {"plan_ms", nullptr}};
-  row["ratio"] = nullptr;
+  json row = row_start(net, l, kind, bf16, c.limit);
+  json base = null_fields({"algo", "workspace", "ms", "p25", "p75"});
+  json vc = null_fields({"micro_batches", "first_algo", "workspace", "predicted_ms", "fallback", "description", "ms",
+                         "p25", "p75", "plan_ms"});
   try {
     Descriptors d;
     make_descriptors(d, l, net.batch, bf16);
@@ -476,7 +297,7 @@ json measure(Ctx& c, const Net& net, const Layer& l, Kind kind, bool bf16, vcudn
     try {
       CUDA_OK(cudaDeviceSynchronize());
       t0 = Clock::now();
-      cudnnStatus_t st = run_vcudnn(c, kind, d, b, id);
+      cudnnStatus_t st = first_call_as_iteration(c, [&] { return run_vcudnn(c, kind, d, b, id); });
       cudaError_t ce = cudaDeviceSynchronize();
       vc["plan_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       check_cuda(ce, "cudaDeviceSynchronize after the first vcudnn call");
@@ -504,288 +325,20 @@ json measure(Ctx& c, const Net& net, const Layer& l, Kind kind, bool bf16, vcudn
       v_ok = false;
     }
 
-    std::vector<double> tb, tv;
-    for (int r = 0; r < c.rounds; ++r) {
-      const bool base_first = r % 2 == 0;
-      for (int side = 0; side < 2; ++side) {
-        const bool is_base = (side == 0) == base_first;
-        if (is_base) {
-          tb.push_back(time_reps(c, baseline_call, "baseline"));
-        } else if (v_ok) {
-          try {
-            tv.push_back(time_reps(
-                c, [&] { return run_vcudnn(c, kind, d, b, id); }, "vcudnn"));
-          } catch (const Failure& e) {
-            vc["error"] = e.what();
-            v_ok = false;
-          }
-        }
-      }
-    }
-    base["ms"] = quantile(tb, 0.5);
-    base["p25"] = quantile(tb, 0.25);
-    base["p75"] = quantile(tb, 0.75);
-    base["rounds_ms"] = tb;
-    if (v_ok && !tv.empty()) {
-      vc["ms"] = quantile(tv, 0.5);
-      vc["p25"] = quantile(tv, 0.25);
-      vc["p75"] = quantile(tv, 0.75);
-      vc["rounds_ms"] = tv;
-      if (quantile(tb, 0.5) > 0) row["ratio"] = quantile(tv, 0.5) / quantile(tb, 0.5);
-    }
+    time_rounds(
+        c, baseline_call, [&] { return run_vcudnn(c, kind, d, b, id); }, v_ok, row, base, vc);
   } catch (const Failure& e) {
     row["error"] = e.what();
   }
-  row["baseline"] = base;
-  row["vcudnn"] = vc;
-  // A failure that broke the CUDA context makes every later measurement meaningless: stop.
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
-    row["fatal"] = std::string("CUDA context unusable: ") + cudaGetErrorString(e);
-  }
+  finish_row(row, std::move(base), std::move(vc));
   return row;
 }
 
-std::string fmt_ms(const json& v) {
-  if (!v.is_number()) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", v.get<double>());
-  return buf;
-}
-
-void progress(int i, int total, const json& row) {
-  const json& b = row["baseline"];
-  const json& v = row["vcudnn"];
-  std::string line;
-  for (const std::string& part :
-       {std::string("["), std::to_string(i), std::string("/"), std::to_string(total), std::string("] "),
-        row["net"].get<std::string>(), std::string(" "), row["layer"].get<std::string>(), std::string(" "),
-        row["kind"].get<std::string>(), std::string(": ")})
-    line.append(part);
-  if (row.contains("error")) {
-    line += "ERROR " + row["error"].get<std::string>();
-  } else {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "cuDNN %s %.1f MiB %s ms | vcudnn ", b.value("algo_name", "?").c_str(),
-                  mib(b["workspace"].get<size_t>()), fmt_ms(b["ms"]).c_str());
-    line += buf;
-    if (v.contains("error")) {
-      line += "ERROR " + v["error"].get<std::string>();
-    } else {
-      line += (v["description"].is_string() ? v["description"].get<std::string>() : std::string("(no plan info)")) +
-              " " + fmt_ms(v["ms"]) + " ms";
-      if (row["ratio"].is_number()) {
-        std::snprintf(buf, sizeof buf, " ratio %.3f", row["ratio"].get<double>());
-        line += buf;
-      }
-      line += " (plan " + fmt_ms(v["plan_ms"]) + " ms)";
-    }
-  }
-  std::fprintf(stderr, "%s\n", line.c_str());
-}
-
-size_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0) die("bad byte count: " + s);
-  double mul = 1;
-  const std::string suffix = end;
-  if (suffix == "K" || suffix == "k" || suffix == "KiB")
-    mul = 1024.0;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB")
-    mul = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB")
-    mul = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty())
-    die("bad byte count: " + s);
-  return static_cast<size_t>(v * mul);
-}
-
-std::string self_dir() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  std::string p(buf);
-  const size_t slash = p.rfind('/');
-  return slash == std::string::npos ? "." : p.substr(0, slash);
-}
-
-void usage() {
-  std::fprintf(stderr,
-               "usage: vcudnn_bench_microbatch [--net alexnet|resnet50|vgg16|all] [--dtype fp32|bf16] [--limit BYTES]\n"
-               "       [--rounds R] [--reps K] [--json FILE] [--vcudnn PATH] [--quick] [--list]\n");
-  std::exit(2);
+json Ctx::measure(const std::vector<Net>& nets, size_t ni, size_t li, Kind kind, bool bf16) {
+  const vcudnnLayerId_t id = (ni + 1) * 1000 + li + 1;  // one per (net, layer); fwd and backward share it
+  return ::measure(*this, nets[ni], nets[ni].layers[li], kind, bf16, id);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string net_arg = "all", dtype = "fp32", json_path, vcudnn_path = self_dir() + "/libvcudnn.so";
-  size_t limit = 64ull << 20;
-  int rounds = 5, reps = 10;
-  bool quick = false, list = false;  // --list: print the layers and exit (no GPU needed)
-  std::string cmdline;
-  for (int i = 0; i < argc; ++i) {
-    if (i) cmdline.push_back(' ');
-    cmdline.append(argv[i]);
-  }
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage();
-      return argv[++i];
-    };
-    if (a == "--net")
-      net_arg = value();
-    else if (a == "--dtype")
-      dtype = value();
-    else if (a == "--limit")
-      limit = parse_bytes(value());
-    else if (a == "--rounds")
-      rounds = std::atoi(value().c_str());
-    else if (a == "--reps")
-      reps = std::atoi(value().c_str());
-    else if (a == "--json")
-      json_path = value();
-    else if (a == "--vcudnn")
-      vcudnn_path = value();
-    else if (a == "--quick")
-      quick = true;
-    else if (a == "--list")
-      list = true;
-    else
-      usage();
-  }
-  if (dtype != "fp32" && dtype != "bf16") usage();
-  if (rounds < 1 || reps < 1) usage();
-  const bool bf16 = dtype == "bf16";
-
-  std::vector<Net> nets;
-  if (quick) {
-    Net a = alexnet();
-    a.layers.resize(2);
-    nets.push_back(a);
-  } else {
-    if (net_arg == "alexnet" || net_arg == "all") nets.push_back(alexnet());
-    if (net_arg == "resnet50" || net_arg == "all") nets.push_back(resnet50());
-    if (net_arg == "vgg16" || net_arg == "all") nets.push_back(vgg16());
-    if (nets.empty()) usage();
-  }
-
-  if (list) {
-    for (const auto& n : nets)
-      for (const auto& l : n.layers)
-        std::printf(
-            "%s\n",
-            json({{"net", n.name}, {"batch", n.batch}, {"layer", l.name}, {"count", l.count}, {"first", l.first}})
-                .dump()
-                .c_str());
-    return 0;
-  }
-
-  std::FILE* out = stdout;
-  if (!json_path.empty()) {
-    out = std::fopen(json_path.c_str(), "a");
-    if (!out) die("cannot open " + json_path + ": " + std::strerror(errno));
-  }
-  auto emit = [&](const json& j) {
-    std::fprintf(out, "%s\n", j.dump().c_str());
-    std::fflush(out);
-  };
-
-  const char* policy = std::getenv("VCUDNN_POLICY");
-  if (!policy || std::string(policy) != "microbatch")
-    std::fprintf(stderr, "warning: VCUDNN_POLICY is %s, not microbatch: vcudnn will make no plans\n",
-                 policy ? policy : "unset");
-  if (const char* env_limit = std::getenv("VCUDNN_WORKSPACE_LIMIT"); env_limit && parse_bytes(env_limit) != limit)
-    std::fprintf(stderr, "warning: VCUDNN_WORKSPACE_LIMIT=%s differs from --limit %zu\n", env_limit, limit);
-
-  Ctx c;
-  c.limit = limit;
-  c.rounds = rounds;
-  c.reps = reps;
-  try {
-    int dev = 0;
-    CUDA_OK(cudaGetDevice(&dev));
-    cudaDeviceProp prop{};
-    CUDA_OK(cudaGetDeviceProperties(&prop, dev));
-    int driver = 0, runtime = 0;
-    CUDA_OK(cudaDriverGetVersion(&driver));
-    CUDA_OK(cudaRuntimeGetVersion(&runtime));
-    Dl_info info{};
-    dladdr(reinterpret_cast<void*>(&cudnnConvolutionForward), &info);
-    const std::string cudnn_path = info.dli_fname ? info.dli_fname : "?";
-
-    c.v = load_vcudnn(vcudnn_path);
-    CUDA_OK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
-    CUDA_OK(cudaEventCreate(&c.e0));
-    CUDA_OK(cudaEventCreate(&c.e1));
-    CUDNN_OK(cudnnCreate(&c.h));
-    CUDNN_OK(cudnnSetStream(c.h, c.s));
-    CUDNN_OK(c.v.create(&c.vh));
-    CUDNN_OK(c.v.set_stream(c.vh, c.s));
-    if (limit) CUDA_OK(cudaMalloc(&c.ws, limit));
-
-    int total = 0;
-    for (const auto& n : nets)
-      for (const auto& l : n.layers) total += l.first ? 2 : 3;
-    json layers = json::object();
-    for (const auto& n : nets) layers[n.name] = n.layers.size();
-    auto env = [](const char* k) -> json {
-      const char* v = std::getenv(k);
-      return v ? json(v) : json(nullptr);
-    };
-    emit({{"header", true},
-          {"gpu", prop.name},
-          {"sm_count", prop.multiProcessorCount},
-          {"cc", std::to_string(prop.major) + "." + std::to_string(prop.minor)},
-          {"memory_bytes", prop.totalGlobalMem},
-          {"driver_version", driver},
-          {"runtime_version", runtime},
-          {"cudnn_version", cudnnGetVersion()},
-          {"cudnn_cudart_version", cudnnGetCudartVersion()},
-          {"cudnn_library", cudnn_path},
-          {"vcudnn_library", vcudnn_path},
-          {"vcudnn_version", c.v.version ? c.v.version() : "?"},
-          {"env",
-           {{"VCUDNN_POLICY", env("VCUDNN_POLICY")},
-            {"VCUDNN_WORKSPACE_LIMIT", env("VCUDNN_WORKSPACE_LIMIT")},
-            {"VCUDNN_BATCH_POLICY", env("VCUDNN_BATCH_POLICY")},
-            {"VCUDNN_CACHE", env("VCUDNN_CACHE")}}},
-          {"limit", limit},
-          {"dtype", dtype},
-          {"rounds", rounds},
-          {"reps", reps},
-          {"layers", layers},
-          {"measurements", total},
-          {"command", cmdline}});
-    std::fprintf(stderr, "%s, cuDNN %zu, %s, limit %.0f MiB: %d measurements\n", prop.name, cudnnGetVersion(),
-                 dtype.c_str(), mib(limit), total);
-
-    int i = 0;
-    for (size_t ni = 0; ni < nets.size(); ++ni) {
-      const Net& n = nets[ni];
-      for (size_t li = 0; li < n.layers.size(); ++li) {
-        const Layer& l = n.layers[li];
-        const vcudnnLayerId_t id = (ni + 1) * 1000 + li + 1;  // one per (net, layer); fwd and backward share it
-        for (Kind kind : {kFwd, kBwdData, kBwdFilter}) {
-          if (kind == kBwdData && l.first) continue;
-          json row = measure(c, n, l, kind, bf16, id);
-          emit(row);
-          progress(++i, total, row);
-          if (row.contains("fatal")) die(row["fatal"].get<std::string>());
-        }
-      }
-    }
-    if (c.ws) cudaFree(c.ws);
-    check_cudnn(c.v.destroy(c.vh), "vcudnnDestroy");
-    CUDNN_OK(cudnnDestroy(c.h));
-    cudaEventDestroy(c.e0);
-    cudaEventDestroy(c.e1);
-    cudaStreamDestroy(c.s);
-  } catch (const Failure& e) {
-    die(e.what());
-  }
-  if (out != stdout) std::fclose(out);
-  return 0;
-}
+int main(int argc, char** argv) { return bench_main<Ctx>(argc, argv, "vcudnn_bench_microbatch"); }

@@ -36,7 +36,12 @@
 #include <utility>
 #include <vector>
 
+#include "graph_conv_build.h"
+
 namespace {
+
+namespace graph = vcudnn::test::graph;
+using graph::cudnn_message;
 
 std::mutex g_out_mu;  // one JSON line at a time
 
@@ -73,14 +78,6 @@ std::string json_string(const std::string& s) {
 
 std::string where(const char* file, int line) { return std::string(" at ") + file + ":" + std::to_string(line); }
 
-std::string cudnn_message(cudnnStatus_t s) {
-  std::string m = cudnnGetErrorString(s);
-  char last[512] = {};
-  cudnnGetLastErrorString(last, sizeof last);
-  if (last[0]) m += std::string(" (") + last + ")";
-  return m;
-}
-
 #define CK_CUDA(expr)                                                                                            \
   do {                                                                                                           \
     const cudaError_t e_ = (expr);                                                                               \
@@ -94,7 +91,7 @@ std::string cudnn_message(cudnnStatus_t s) {
 
 // ---- Options
 
-enum class Kind { kFwd, kBwdData, kBwdFilter };
+using Kind = graph::ConvKind;
 
 struct Options {
   Kind kind = Kind::kFwd;
@@ -201,11 +198,6 @@ struct Shape {
   int64_t x_count = 0, w_count = 0, y_count = 0;
 };
 
-std::array<int64_t, 4> strides_of(const std::array<int64_t, 4>& d, bool nhwc) {
-  if (nhwc) return {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]};
-  return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
-}
-
 Shape shape_of(const Options& o) {
   Shape s;
   const int64_t p = (o.h + 2 * o.pad - o.dilation * (o.r - 1) - 1) / o.stride + 1;
@@ -214,9 +206,9 @@ Shape shape_of(const Options& o) {
   s.x = {o.n, o.c, o.h, o.w};
   s.w = {o.k, o.c / o.groups, o.r, o.s};
   s.y = {o.n, o.k, p, q};
-  s.xs = strides_of(s.x, o.nhwc);
-  s.ws = strides_of(s.w, o.nhwc);
-  s.ys = strides_of(s.y, o.nhwc);
+  s.xs = graph::strides_of(s.x, o.nhwc);
+  s.ws = graph::strides_of(s.w, o.nhwc);
+  s.ys = graph::strides_of(s.y, o.nhwc);
   s.x_count = s.x[0] * s.x[1] * s.x[2] * s.x[3];
   s.w_count = s.w[0] * s.w[1] * s.w[2] * s.w[3];
   s.y_count = s.y[0] * s.y[1] * s.y[2] * s.y[3];
@@ -272,220 +264,32 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-// ---- Backend descriptors
+// ---- Engines
 
-class Desc {
- public:
-  Desc() = default;
-  explicit Desc(cudnnBackendDescriptorType_t type) { CK_CUDNN(cudnnBackendCreateDescriptor(type, &d_)); }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Desc& operator=(Desc&& o) noexcept {
-    std::swap(d_, o.d_);
-    return *this;
-  }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-void set(const Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
-         const void* values, const char* what) {
-  const cudnnStatus_t s = cudnnBackendSetAttribute(d.get(), name, type, count, values);
-  if (s != CUDNN_STATUS_SUCCESS) fail(std::string("setting ") + what + ": " + cudnn_message(s));
+graph::ConvSpec spec_of(const Options& o, const Shape& s) {
+  graph::ConvSpec spec;
+  spec.kind = o.kind;
+  spec.x = s.x, spec.w = s.w, spec.y = s.y;
+  spec.xs = s.xs, spec.ws = s.ws, spec.ys = s.ys;
+  spec.io = o.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  spec.pad = o.pad, spec.stride = o.stride, spec.dilation = o.dilation;
+  return spec;
 }
 
-void set_desc(const Desc& d, cudnnBackendAttributeName_t name, const Desc& value, const char* what) {
-  const cudnnBackendDescriptor_t v = value.get();
-  set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, what);
-}
-
-void finalize(const Desc& d, const char* what) {
-  const cudnnStatus_t s = cudnnBackendFinalize(d.get());
-  if (s != CUDNN_STATUS_SUCCESS) fail(std::string("finalizing ") + what + ": " + cudnn_message(s));
-}
-
-constexpr int64_t kXUid = 'x', kWUid = 'w', kYUid = 'y';  // as PyTorch names them
-constexpr int64_t kAlignment = 16;
-
-Desc tensor(int64_t uid, const std::array<int64_t, 4>& dims, const std::array<int64_t, 4>& strides,
-            cudnnDataType_t dtype, const char* what) {
-  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dtype, what);
-  set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data(), what);
-  set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data(), what);
-  set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, what);
-  set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignment, what);
-  finalize(t, what);
-  return t;
-}
-
-// What one thread builds: every descriptor stays alive as long as the plan.
-struct Plan {
-  std::vector<Desc> keep;  // tensors, convolution, operation, graph, configuration
-  Desc plan;
-  int64_t engine = -1;
-  int64_t workspace = 0;
-  const char* mode = "";
-  int64_t configs = 0;  // configurations the heuristics offered before one was taken
-};
-
-Desc operation_graph(cudnnHandle_t handle, const Options& o, const Shape& s, std::vector<Desc>& keep) {
-  const cudnnDataType_t io = o.bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  Desc x = tensor(kXUid, s.x, s.xs, io, "x tensor");
-  Desc w = tensor(kWUid, s.w, s.ws, io, "w tensor");
-  Desc y = tensor(kYUid, s.y, s.ys, io, "y tensor");
-
-  Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  const int64_t spatial = 2;
-  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t pad[2] = {o.pad, o.pad}, stride[2] = {o.stride, o.stride}, dilation[2] = {o.dilation, o.dilation};
-  set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial, "convolution spatial dims");
-  set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute, "convolution compute type");
-  set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution mode");
-  set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad, "convolution pre-paddings");
-  set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad, "convolution post-paddings");
-  set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride, "convolution strides");
-  set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation, "convolution dilations");
-  finalize(conv, "convolution");
-
-  cudnnBackendDescriptorType_t type = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
-  cudnnBackendAttributeName_t ax = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-                              aw = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                              ay = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-                              ac = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                              aa = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                              ab = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA;
-  if (o.kind == Kind::kBwdData) {
-    type = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR;
-    ax = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX;
-    aw = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W;
-    ay = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY;
-    ac = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC;
-    aa = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA;
-    ab = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA;
-  } else if (o.kind == Kind::kBwdFilter) {
-    type = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
-    ax = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X;
-    aw = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW;
-    ay = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY;
-    ac = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC;
-    aa = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
-    ab = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA;
-  }
-  Desc op(type);
-  set_desc(op, ax, x, "operation x");
-  set_desc(op, aw, w, "operation w");
-  set_desc(op, ay, y, "operation y");
-  set_desc(op, ac, conv, "operation convolution");
-  const float alpha = 1.f, beta = 0.f;  // PyTorch's
-  set(op, aa, CUDNN_TYPE_FLOAT, 1, &alpha, "operation alpha");
-  set(op, ab, CUDNN_TYPE_FLOAT, 1, &beta, "operation beta");
-  finalize(op, "operation");
-
-  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  const cudnnBackendDescriptor_t ops[] = {op.get()};
-  set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops, "graph operations");
-  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
-  finalize(graph, "operation graph");
-  for (Desc* d : {&x, &w, &y, &conv, &op}) keep.push_back(std::move(*d));
-  return graph;
-}
-
-// The configurations of one heuristics mode, best first (cuDNN fills descriptors we create).
-std::vector<Desc> heuristic_configs(const Desc& graph, cudnnBackendHeurMode_t mode) {
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph");
-  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
-  std::vector<Desc> configs;
-  if (cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS) return configs;  // e.g. no fallback for it
-  int64_t available = 0;
-  CK_CUDNN(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                    &available, nullptr));
-  if (available <= 0) return configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < available; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  int64_t returned = 0;
-  CK_CUDNN(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, available,
-                                    &returned, raw.data()));
-  if (returned < 0) returned = 0;
-  if (returned < available) configs.resize(static_cast<size_t>(returned));
-  return configs;
-}
-
-// The engine of a configuration: its global index and whether its numerics are acceptable.
-int64_t engine_of(const Desc& config, const Options& o, bool* acceptable) {
-  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  cudnnBackendDescriptor_t raw = engine.get();
-  int64_t n = 0;
-  CK_CUDNN(
-      cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw));
-  int64_t index = -1;
-  CK_CUDNN(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index));
-  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
-  int64_t count = 0;
-  CK_CUDNN(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                    static_cast<int64_t>(notes.size()), &count, notes.data()));
-  *acceptable = true;
-  for (int64_t i = 0; i < count && i < static_cast<int64_t>(notes.size()); ++i) {
-    const cudnnBackendNumericalNote_t note = notes[i];
-    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) *acceptable = false;  // PyTorch refuses these too
-    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && !o.bf16 && !o.allow_tf32) *acceptable = false;
-    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && !o.allow_nondeterministic) *acceptable = false;
+// Whether an engine's numerics are acceptable to the options.
+bool acceptable(const graph::EngineInfo& engine, const Options& o) {
+  bool ok = true;
+  for (const cudnnBackendNumericalNote_t note : engine.notes) {
+    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) ok = false;  // PyTorch refuses these too
+    if (note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && !o.bf16 && !o.allow_tf32) ok = false;
+    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && !o.allow_nondeterministic) ok = false;
     const bool transform = note == CUDNN_NUMERICAL_NOTE_FFT || note == CUDNN_NUMERICAL_NOTE_WINOGRAD ||
                            note == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4 ||
                            note == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6 ||
                            note == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13;
-    if (transform && o.exact) *acceptable = false;
+    if (transform && o.exact) ok = false;
   }
-  return index;
-}
-
-Plan build_plan(cudnnHandle_t handle, const Options& o, const Shape& s) {
-  Plan p;
-  Desc graph = operation_graph(handle, o, s, p.keep);
-  std::string refused;
-  const std::pair<cudnnBackendHeurMode_t, const char*> modes[] = {{CUDNN_HEUR_MODE_A, "a"},
-                                                                  {CUDNN_HEUR_MODE_FALLBACK, "fallback"}};
-  for (const auto& [mode, name] : modes) {
-    std::vector<Desc> configs = heuristic_configs(graph, mode);
-    for (Desc& config : configs) {
-      ++p.configs;
-      bool acceptable = false;
-      const int64_t engine = engine_of(config, o, &acceptable);
-      if (!acceptable) {
-        refused.append(" ").append(std::to_string(engine)).append(":notes");
-        continue;
-      }
-      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config, "plan configuration");
-      const cudnnStatus_t st = cudnnBackendFinalize(plan.get());
-      if (st != CUDNN_STATUS_SUCCESS) {
-        refused.append(" ").append(std::to_string(engine)).append(":").append(cudnnGetErrorString(st));
-        continue;
-      }
-      int64_t n = 0;
-      CK_CUDNN(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                        &p.workspace));
-      if (p.workspace < 0) fail("negative workspace size for engine " + std::to_string(engine));
-      p.plan = std::move(plan);
-      p.engine = engine;
-      p.mode = name;
-      p.keep.push_back(std::move(config));
-      p.keep.push_back(std::move(graph));
-      return p;
-    }
-  }
-  fail("no engine configuration finalizes (refused:" + refused + ")");
+  return ok;
 }
 
 // ---- Running
@@ -509,8 +313,10 @@ void run_thread(int tid, const Options& o, const Shape& s, const Inputs& in, std
   cudaStream_t stream = nullptr;
   CK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CK_CUDNN(cudnnSetStream(handle, stream));
-  {
-    Plan plan = build_plan(handle, o, s);
+  try {
+    const graph::BackendApi api;  // the linked cuDNN (vcudnn when preloaded)
+    graph::Plan plan =
+        graph::build_plan(api, handle, spec_of(o, s), [&](const graph::EngineInfo& e) { return acceptable(e, o); });
     const size_t es = elem_size(o);
     const int64_t out_count = o.kind == Kind::kFwd ? s.y_count : o.kind == Kind::kBwdData ? s.x_count : s.w_count;
     DeviceBuffer out(static_cast<size_t>(out_count) * es);
@@ -523,14 +329,7 @@ void run_thread(int tid, const Options& o, const Shape& s, const Inputs& in, std
 
     for (int i = 0; i < o.repeat; ++i) {
       CK_CUDA(cudaMemsetAsync(out.p, 0xFF, out.bytes, stream));  // NaN in every element
-      Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-      const int64_t uids[] = {kXUid, kWUid, kYUid};
-      void* pointers[] = {px, pw, py};
-      void* ws = workspace.p;
-      set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids, "variant pack ids");
-      set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers, "variant pack pointers");
-      set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "variant pack workspace");
-      finalize(pack, "variant pack");
+      const graph::Desc pack = graph::variant_pack(api, px, pw, py, workspace.p);
       CK_CUDNN(cudnnBackendExecute(handle, plan.plan.get(), pack.get()));
     }
     CK_CUDA(cudaStreamSynchronize(stream));
@@ -555,6 +354,8 @@ void run_thread(int tid, const Options& o, const Shape& s, const Inputs& in, std
         plan.mode, static_cast<long long>(plan.configs), static_cast<long long>(plan.workspace), o.repeat,
         static_cast<long long>(out_count), nan, json_string(path).c_str());
     std::fflush(stdout);
+  } catch (const graph::Error& e) {
+    fail(e.what());
   }
   CK_CUDNN(cudnnDestroy(handle));
   CK_CUDA(cudaStreamDestroy(stream));
