@@ -3,6 +3,7 @@
 #include "runtime/graph_conv_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -420,7 +421,7 @@ Result<GraphConvPlan> GraphConvPlan::build(cudnnHandle_t handle, const ConvLayer
 
   std::vector<std::string> reasons;
   // Takes the candidate when its plan finalizes within the workspace limit.
-  const auto take = [&](Candidate& c, const char* mode) {
+  const auto take = [&](Candidate& c, int64_t id, const char* mode) {
     auto f = finalize_plan(c);
     if (!f) {
       reasons.push_back("engine " + std::to_string(c.engine) + ": " + f.error().message);
@@ -435,12 +436,15 @@ Result<GraphConvPlan> GraphConvPlan::build(cudnnHandle_t handle, const ConvLayer
     p.workspace_bytes_ = f.value().workspace;
     p.config_ = std::move(c.config);
     p.engine_ = c.engine;
+    p.config_id_ = id;
     p.mode_ = mode;
     return true;
   };
 
   const std::pair<cudnnBackendHeurMode_t, const char*> modes[] = {{CUDNN_HEUR_MODE_A, "a"},
                                                                   {CUDNN_HEUR_MODE_FALLBACK, "fallback"}};
+  std::map<int64_t, int64_t> seen;           // configurations of each engine so far: the next one's variant
+  std::optional<Candidate> first_of_engine;  // with spec.engine: that engine's first configuration
   for (const auto& [mode, name] : modes) {
     auto candidates = heuristic_candidates(p.graph_.graph, mode, reasons);
     if (!candidates) {
@@ -448,20 +452,33 @@ Result<GraphConvPlan> GraphConvPlan::build(cudnnHandle_t handle, const ConvLayer
       continue;
     }
     for (Candidate& c : candidates.value()) {
-      const bool excluded = !spec.engine && std::find(spec.excluded_engines.begin(), spec.excluded_engines.end(),
-                                                      c.engine) != spec.excluded_engines.end();
-      if (excluded) continue;
-      if (spec.engine ? c.engine != *spec.engine : (c.notes & spec.denied_notes) != 0) {
-        if (!spec.engine) reasons.push_back("engine " + std::to_string(c.engine) + ": numerical notes denied");
+      const int64_t id = config_id(c.engine, seen[c.engine]++);
+      if (spec.engine) {
+        if (config_engine(*spec.engine) != c.engine) continue;
+        if (id != *spec.engine) {
+          if (!first_of_engine) first_of_engine = std::move(c);
+          continue;
+        }
+        if (take(c, id, name)) return p;
         continue;
       }
-      if (take(c, name)) return p;
+      if (std::find(spec.excluded_configs.begin(), spec.excluded_configs.end(), id) != spec.excluded_configs.end())
+        continue;
+      if ((c.notes & spec.denied_notes) != 0) {
+        reasons.push_back("engine " + std::to_string(c.engine) + ": numerical notes denied");
+        continue;
+      }
+      if (take(c, id, name)) return p;
     }
   }
   if (spec.engine) {
-    auto c = engine_candidate(p.graph_.graph, *spec.engine);
-    if (c && take(c.value(), "engine")) return p;
-    if (!c) reasons.push_back("engine " + std::to_string(*spec.engine) + ": " + c.error().message);
+    // The configuration is not offered for this graph (other micro-batch sizes or alignments give
+    // other lists): the engine's first one, else the engine with its default knobs.
+    const int64_t engine = config_engine(*spec.engine);
+    if (first_of_engine && take(*first_of_engine, config_id(engine, 0), "a")) return p;
+    auto c = engine_candidate(p.graph_.graph, engine);
+    if (c && take(c.value(), config_id(engine, 0), "engine")) return p;
+    if (!c) reasons.push_back("engine " + std::to_string(engine) + ": " + c.error().message);
   }
   return Error{"no plan for " + describe(layer, kind, p.spec_.batch) + ": " + join_reasons(reasons)};
 }

@@ -81,15 +81,23 @@ Result<SplitGeometry> split_geometry(const ConvLayer& layer, int32_t micro_batch
 inline constexpr uint32_t note_bit(cudnnBackendNumericalNote_t note) { return 1u << static_cast<unsigned>(note); }
 inline constexpr uint32_t kDefaultDeniedNotes = note_bit(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
 
+// A configuration of the heuristics: its engine (global index) and which of that engine's
+// configurations (knob choices), in the heuristics' order (mode A, then FALLBACK), it is, packed in
+// one number for the planner and the cache: the engine's index itself for its first configuration.
+inline constexpr int64_t kConfigVariantStride = int64_t{1} << 16;
+inline constexpr int64_t config_id(int64_t engine, int64_t variant) { return engine + variant * kConfigVariantStride; }
+inline constexpr int64_t config_engine(int64_t id) { return id % kConfigVariantStride; }
+inline constexpr int64_t config_variant(int64_t id) { return id / kConfigVariantStride; }
+
 struct GraphConvPlanSpec {
   int32_t batch = 0;  // N of x and y in this plan; 0: the layer's own
   // CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT of x, w, y (powers of two; Note [Alignment of offset pointers]).
   int64_t x_alignment = kMaxTensorAlignment, w_alignment = kMaxTensorAlignment, y_alignment = kMaxTensorAlignment;
   double alpha = 1.0, beta = 0.0;  // the operation's (Note [Graph-API alpha and beta])
-  std::optional<int64_t> engine;   // this engine (global index) only, whatever its notes
+  std::optional<int64_t> engine;   // this configuration (config_id()) only, whatever its notes
   uint64_t max_workspace = std::numeric_limits<uint64_t>::max();
   uint32_t denied_notes = kDefaultDeniedNotes;
-  std::vector<int64_t> excluded_engines;  // without `engine`: engines not taken (the next ones are)
+  std::vector<int64_t> excluded_configs;  // without `engine`: configurations not taken (the next ones are)
 };
 
 // Unique ids of the plan's tensors in its variant pack.
@@ -121,13 +129,14 @@ Result<uint32_t> engine_numerical_notes(cudnnHandle_t handle, const ConvLayer& l
 class GraphConvPlan {
  public:
   // The first configuration of the heuristics (mode A, then FALLBACK) whose plan finalizes on
-  // `handle` within spec.max_workspace, skipping denied notes; or, with spec.engine, that engine's
-  // configuration (from the heuristics, else built with default knobs). The error says why each
-  // candidate was refused.
+  // `handle` within spec.max_workspace, skipping denied notes and excluded configurations; or, with
+  // spec.engine, that configuration (from the heuristics; else the engine's first one there, else
+  // the engine with default knobs). The error says why each candidate was refused.
   static Result<GraphConvPlan> build(cudnnHandle_t handle, const ConvLayer& layer, ConvKind kind,
                                      const GraphConvPlanSpec& spec);
 
-  int64_t engine() const { return engine_; }  // global index
+  int64_t engine() const { return engine_; }     // global index
+  int64_t config() const { return config_id_; }  // config_id(): the engine and its knob choices
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   int32_t batch() const { return spec_.batch; }
   ConvKind kind() const { return kind_; }
@@ -146,7 +155,7 @@ class GraphConvPlan {
   BackendDescriptor config_, plan_;
   ConvKind kind_ = ConvKind::kForward;
   GraphConvPlanSpec spec_;
-  int64_t engine_ = -1;
+  int64_t engine_ = -1, config_id_ = -1;
   uint64_t workspace_bytes_ = 0;
   const char* mode_ = "";
 };

@@ -400,7 +400,7 @@ Result<MicroBatchMeasurements> GraphMicroBatcher::measure(cudnnHandle_t handle, 
         if (e == 0) VCUDNN_LOG_DEBUG("graph_microbatch: {}", plan.error().message);
         break;
       }
-      spec.excluded_engines.push_back(plan->engine());
+      spec.excluded_configs.push_back(plan->config());
       if (!workspace.ensure(plan->workspace_bytes())) {
         VCUDNN_LOG_DEBUG("graph_microbatch: no memory for {} bytes of benchmark workspace", plan->workspace_bytes());
         continue;
@@ -410,7 +410,7 @@ Result<MicroBatchMeasurements> GraphMicroBatcher::measure(cudnnHandle_t handle, 
         VCUDNN_LOG_DEBUG("graph_microbatch: engine {} at micro-batch {}: {}", plan->engine(), b, t.error().message);
         continue;
       }
-      rows.push_back(BenchRow{static_cast<int32_t>(plan->engine()), -1, 1, t.value(), plan->workspace_bytes()});
+      rows.push_back(BenchRow{static_cast<int32_t>(plan->config()), -1, 1, t.value(), plan->workspace_bytes()});
     }
     std::sort(rows.begin(), rows.end(), [](const BenchRow& a, const BenchRow& c) { return a.time_ms < c.time_ms; });
     auto& kernels = out.by_batch[b];

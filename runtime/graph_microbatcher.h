@@ -50,11 +50,15 @@ namespace vcudnn {
 
 // ---- Rules (pure; tested without a GPU)
 
-// Engines per micro-batch size the benchmark times (the heuristics' first acceptable ones).
-inline constexpr int kGraphEnginesPerBatch = 4;
+// Configurations per micro-batch size the benchmark times: the heuristics' first acceptable ones,
+// an engine with other knob choices counted apart (config_id()). Four missed faster ones at 8 and
+// 64 MiB (the graph-path per-layer benchmark: an engine's later configuration, or an engine ranked
+// below four that needed more workspace).
+inline constexpr int kGraphEnginesPerBatch = 8;
 // Prefix of the benchmark cache's key text for graph-API measurements: a key space of its own in
-// the cache's tables (legacy keys are bare JSON), versioned.
-inline constexpr const char* kGraphBenchKeySchema = "vcudnn.graph-bench/1";
+// the cache's tables (legacy keys are bare JSON), versioned (2: rows name configurations,
+// config_id(), not engines).
+inline constexpr const char* kGraphBenchKeySchema = "vcudnn.graph-bench/2";
 
 // The notes vcudnn's engines may not carry (Note [Numerics class]); `caller` nullopt: unknown.
 uint32_t denied_notes_for(std::optional<uint32_t> caller, int32_t dtype);

@@ -236,3 +236,18 @@ TEST_CASE("graph conv plan: a 16-bit weight gradient is not split", "[graph_api]
   REQUIRE(!split);
   CHECK_THAT(split.error().message, Catch::Contains("16-bit"));
 }
+
+TEST_CASE("graph conv plan: a configuration id names the engine and which of its configurations", "[graph_api]") {
+  // An engine's first configuration is named by the engine's own index (what the caller's plans and
+  // older decisions name), a later one by the index plus a multiple of the stride.
+  STATIC_REQUIRE(config_id(67, 0) == 67);
+  STATIC_REQUIRE(config_engine(config_id(67, 0)) == 67);
+  STATIC_REQUIRE(config_variant(config_id(67, 0)) == 0);
+  for (int64_t engine : {0, 1, 76, 9999})
+    for (int64_t variant : {0, 1, 5, 300}) {
+      const int64_t id = config_id(engine, variant);
+      CHECK(config_engine(id) == engine);
+      CHECK(config_variant(id) == variant);
+      CHECK(id <= INT32_MAX);  // stored in the benchmark cache's 32-bit algorithm column
+    }
+}
