@@ -148,18 +148,23 @@ std::vector<float> floats_of(const std::string& bytes, bool bf16) {
   return v;
 }
 
-// ‖a − b‖₂ / ‖b‖₂ of two raw outputs; NaN when a holds a NaN or the sizes differ.
-double raw_rel_l2(const std::string& a, const std::string& b, bool bf16) {
-  const std::vector<float> fa = floats_of(a, bf16), fb = floats_of(b, bf16);
-  if (fa.size() != fb.size() || fa.empty()) return NAN;
+// ‖a − b‖₂ / ‖b‖₂, NaN when a has a NaN or the sizes differ.
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return NAN;
   double d2 = 0, b2 = 0;
-  for (size_t i = 0; i < fa.size(); ++i) {
-    if (std::isnan(fa[i])) return NAN;
-    const double d = static_cast<double>(fa[i]) - fb[i];
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return NAN;
+    const double d = static_cast<double>(a[i]) - b[i];
     d2 += d * d;
-    b2 += static_cast<double>(fb[i]) * fb[i];
+    b2 += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(d2 / b2);
+}
+
+// The same of two raw outputs (empty ones included: NaN).
+double raw_rel_l2(const std::string& a, const std::string& b, bool bf16) {
+  const std::vector<float> fa = floats_of(a, bf16), fb = floats_of(b, bf16);
+  return fa.empty() ? NAN : rel_l2(fa, fb);
 }
 
 struct MicrobatchCase {
@@ -316,19 +321,6 @@ RunResult run(const Gpu& gpu, const Problem& p, ConvKind kind, uint64_t workspac
   if ((e = cudaMemcpy(r.out.data(), out.p, out.bytes, cudaMemcpyDeviceToHost)) != cudaSuccess)
     return {{}, cudaGetErrorString(e)};
   return r;
-}
-
-// ‖a − b‖₂ / ‖b‖₂, NaN when a has a NaN or the sizes differ.
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return NAN;
-  double d2 = 0, b2 = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i])) return NAN;
-    const double d = static_cast<double>(a[i]) - b[i];
-    d2 += d * d;
-    b2 += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(d2 / b2);
 }
 
 size_t nan_count(const std::vector<float>& v) {
