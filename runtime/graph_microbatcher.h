@@ -26,6 +26,16 @@
 // where the caller's engine used TF32, non-deterministic engines only where the caller's was, and no
 // FFT or Winograd for a caller's direct engine. An engine that cannot be read is taken as carrying
 // no notes (the strictest mask).
+//
+// Note [Timing rounds]
+// A configuration is timed the way it runs in a training step: back to back on the stream, where
+// the host's launch cost of one execution hides behind the GPU time of the one before (or shows,
+// where the host is the slower side, as for the smallest micro-batches). One execution timed alone
+// on an empty stream also counts the launch the stream waits for, 10-20 us of cuDNN's host work per
+// execution: on 0.05-0.1 ms bf16 kernels, configurations 4-6% apart on the GPU timed alike, and the
+// graph-path per-layer benchmark found vcudnn's choice 4.3% and 6.3% slower than cuDNN's best at 8
+// MiB (first bf16 run, 2026-11-24). Each time is the median of kTimedRuns rounds of
+// reps_per_round() executions.
 #pragma once
 
 #include <cudnn.h>
@@ -57,8 +67,15 @@ namespace vcudnn {
 inline constexpr int kGraphEnginesPerBatch = 8;
 // Prefix of the benchmark cache's key text for graph-API measurements: a key space of its own in
 // the cache's tables (legacy keys are bare JSON), versioned (2: rows name configurations,
-// config_id(), not engines).
-inline constexpr const char* kGraphBenchKeySchema = "vcudnn.graph-bench/2";
+// config_id(), not engines; 3: times per execution back to back, Note [Timing rounds]).
+inline constexpr const char* kGraphBenchKeySchema = "vcudnn.graph-bench/3";
+// Work per timing round, and the most executions in one (Note [Timing rounds]).
+inline constexpr double kTimingRoundMs = 0.5;
+inline constexpr int kMaxRepsPerRound = 32;
+
+// Executions per timing round for a configuration one execution of which, timed alone, took
+// `single_ms`: enough for kTimingRoundMs, at least 1 and at most kMaxRepsPerRound.
+int reps_per_round(double single_ms);
 
 // The notes vcudnn's engines may not carry (Note [Numerics class]); `caller` nullopt: unknown.
 uint32_t denied_notes_for(std::optional<uint32_t> caller, int32_t dtype);

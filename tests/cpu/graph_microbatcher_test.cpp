@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -208,6 +209,21 @@ TEST_CASE("graph microbatch: a decision's micro-batches run in order, offsets ac
   auto split = build_steps_split(nullptr, bf16, ConvKind::kBackwardFilter, steps, GraphConvSplitOptions{});
   REQUIRE_FALSE(split);
   CHECK_THAT(split.error().message, Catch::Contains("16-bit"));
+}
+
+TEST_CASE("graph microbatch: a timing round holds enough executions to hide their launches",
+          "[graph_api][microbatch]") {
+  // kTimingRoundMs (0.5 ms) of work per round: a 0.05 ms kernel 10 times, a long one once.
+  CHECK(reps_per_round(0.05) == 10);
+  CHECK(reps_per_round(0.2) == 3);
+  CHECK(reps_per_round(0.5) == 1);
+  CHECK(reps_per_round(7.0) == 1);
+  // Tiny and unmeasurable times are capped, never 0 executions or an overflow.
+  CHECK(reps_per_round(0.001) == kMaxRepsPerRound);
+  CHECK(reps_per_round(0.0) == kMaxRepsPerRound);
+  CHECK(reps_per_round(-1.0) == kMaxRepsPerRound);
+  CHECK(reps_per_round(std::numeric_limits<double>::quiet_NaN()) == kMaxRepsPerRound);
+  CHECK(reps_per_round(std::numeric_limits<double>::infinity()) == 1);
 }
 
 TEST_CASE("graph microbatch: measurements have a cache key space of their own", "[graph_api][microbatch][cache]") {
