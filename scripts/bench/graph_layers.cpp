@@ -7,7 +7,7 @@
 // executions go through vcudnn, whose policy comes from the environment (VCUDNN_POLICY=microbatch
 // VCUDNN_WORKSPACE_LIMIT=<limit>, set by the driver). Per (layer, kind):
 //  - caller: the plan PyTorch builds with cudnn.benchmark=False (heuristics mode A then FALLBACK, the first
-//    configuration without DOWN_CONVERT_INPUTS that finalizes), on real cuDNN, timed alone with its own workspace.
+//    configuration without DOWN_CONVERT_INPUTS that finalizes), on real cuDNN with its own workspace.
 //  - baseline: every configuration of modes A and FALLBACK (the same engine and knob choices counted once) that
 //    finalizes, needs at most `limit` bytes and stays in the caller's numerics class (no numerical note the caller's
 //    engine does not carry, tensor cores aside for bf16; never DOWN_CONVERT_INPUTS), each timed (1 warm-up, median of
@@ -15,8 +15,9 @@
 //  - vcudnn: the caller's plan built through vcudnn; its workspace size read through vcudnn (0 when vcudnn takes the
 //    plan over), exactly that allocated; its first execution plans (timed as plan_ms); vcudnnGetExecutionPlanInfo
 //    says what runs.
-// Then R rounds, each K back-to-back executions of the baseline and of the vcudnn side timed with events on one
-// stream, the order alternating between rounds. Writes one JSON object per line: a header, then one per
+// Then R rounds, each K back-to-back executions of the baseline, the vcudnn side and the caller's plan timed with
+// events on one stream, the order rotating between rounds (a plan vcudnn leaves alone is checked against the
+// caller's plan on real cuDNN, measured in the same rounds). Writes one JSON object per line: a header, then one per
 // (net, layer, kind).
 //   usage: vcudnn_bench_graph_layers [--net alexnet|resnet50|vgg16|all] [--dtype fp32|bf16] [--limit BYTES]
 //          [--rounds R] [--reps K] [--batch N] [--json FILE] [--vcudnn PATH] [--quick] [--list]
@@ -290,24 +291,26 @@ double time_single(const BenchCtx& c, const Call& call, int runs, const char* wh
 // ---------------------------------------------------------------------------------------------------------------
 // The three plans.
 
-// The caller's plan on real cuDNN, timed alone with its own workspace (no limit): row["caller"].
-json time_caller(Ctx& c, const graph::Plan& caller, const Buffers& b) {
-  json out = {{"engine", caller.engine},
-              {"workspace", caller.workspace},
-              {"heuristics", caller.mode},
-              {"configs_tried", caller.configs},
-              {"notes", note_names(caller.info)}};
+// The caller's plan on real cuDNN with its own workspace (no limit), timed in the same rounds as the two others
+// (row["caller"]): what a plan vcudnn leaves alone is checked against.
+struct CallerSide {
+  DeviceBuffer ws;
+  graph::Desc pack;
+  Call call;
+};
+
+// Builds the caller's side and runs it once (a failure lands in the returned object's "error"; `side.call` stays
+// empty); the object is row["caller"], its times added by time_rounds().
+json prepare_caller(Ctx& c, const graph::Plan& caller, const Buffers& b, CallerSide& side) {
+  json out = {{"engine", caller.engine},         {"workspace", caller.workspace},    {"heuristics", caller.mode},
+              {"configs_tried", caller.configs}, {"notes", note_names(caller.info)}, {"ms", nullptr}};
   try {
-    DeviceBuffer ws(static_cast<size_t>(caller.workspace));
-    const graph::Desc pack = graph::variant_pack(c.real, b.x, b.w, b.y, ws.p);
-    const Call call = [&] { return c.real.execute(c.h, caller.plan.get(), pack.get()); };
+    side.ws = DeviceBuffer(static_cast<size_t>(caller.workspace));
+    side.pack = graph::variant_pack(c.real, b.x, b.w, b.y, side.ws.p);
+    Call call = [&c, &caller, &side] { return c.real.execute(c.h, caller.plan.get(), side.pack.get()); };
     b.poison(c.s);
     check_cudnn(call(), "caller warm-up");
-    std::vector<double> t;
-    for (int r = 0; r < c.rounds; ++r) t.push_back(time_reps(c, call, "caller"));
-    out["ms"] = quantile(t, 0.5);
-    out["p25"] = quantile(t, 0.25);
-    out["p75"] = quantile(t, 0.75);
+    side.call = std::move(call);
   } catch (const std::runtime_error& e) {
     out["error"] = e.what();
   }
@@ -481,7 +484,8 @@ json measure(Ctx& c, const Net& net, const Layer& l, Kind kind, bool bf16) {
     make_buffers(b, spec, bf16);
 
     const graph::Plan caller = graph::build_plan(c.real, c.h, spec, caller_accepts);
-    row["caller"] = time_caller(c, caller, b);
+    CallerSide caller_side;
+    row["caller"] = prepare_caller(c, caller, b, caller_side);
 
     Baseline best;
     find_baseline(c, spec, caller, b, bf16, best, base);
@@ -499,9 +503,10 @@ json measure(Ctx& c, const Net& net, const Layer& l, Kind kind, bool bf16) {
       vc["error"] = e.what();
       v_ok = false;
     }
+    ThirdSide third{caller_side.call, &row["caller"]};
     time_rounds(
         c, baseline_call, [&] { return c.v.backend.execute(c.vh, v.plan->plan.get(), v.pack.get()); }, v_ok, row, base,
-        vc);
+        vc, caller_side.call ? &third : nullptr);
   } catch (const std::runtime_error& e) {
     row["error"] = e.what();
   }

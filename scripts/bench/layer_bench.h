@@ -103,8 +103,8 @@ enum Kind { kFwd = 0, kBwdData = 1, kBwdFilter = 2 };
 inline const char* const kKindNames[] = {"fwd", "bwd_data", "bwd_filter"};
 
 // ---------------------------------------------------------------------------------------------------------------
-// Timing: one stream for both sides, K back-to-back calls per round timed with events, the side that goes first
-// alternating between rounds.
+// Timing: one stream for every side, K back-to-back calls per round timed with events, the side that goes first
+// rotating between rounds.
 
 struct BenchCtx {
   cudaStream_t s = nullptr;
@@ -158,38 +158,57 @@ inline double quantile(std::vector<double> v, double q) {
 
 inline double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
-// The R rounds of both sides: baseline's and vcudnn's ms / p25 / p75 / rounds_ms and the row's ratio. vcudnn's side
-// runs only while `v_ok`; its failure lands in vc["error"]. A baseline failure throws.
+// The median, quartiles and every round of one side, into `out`.
+inline void put_rounds(json& out, const std::vector<double>& t) {
+  out["ms"] = quantile(t, 0.5);
+  out["p25"] = quantile(t, 0.25);
+  out["p75"] = quantile(t, 0.75);
+  out["rounds_ms"] = t;
+}
+
+// A third side timed in the same rounds as the baseline and vcudnn (the graph bench's caller's plan): its call, and
+// the object its times go to. A failure lands in out["error"].
+struct ThirdSide {
+  Call call;
+  json* out = nullptr;
+};
+
+// The R rounds of the baseline, vcudnn and an optional third side: each side's ms / p25 / p75 / rounds_ms and the
+// row's ratio. The order rotates between rounds, so that no side always runs first. vcudnn's side runs only while
+// `v_ok`; its failure lands in vc["error"]. A baseline failure throws.
 inline void time_rounds(BenchCtx& c, const Call& baseline_call, const Call& vcudnn_call, bool v_ok, json& row,
-                        json& base, json& vc) {
-  std::vector<double> tb, tv;
+                        json& base, json& vc, ThirdSide* third = nullptr) {
+  std::vector<double> tb, tv, tt;
+  bool t_ok = third != nullptr;
+  const int sides = third ? 3 : 2;
   for (int r = 0; r < c.rounds; ++r) {
-    const bool base_first = r % 2 == 0;
-    for (int side = 0; side < 2; ++side) {
-      const bool is_base = (side == 0) == base_first;
-      if (is_base) {
+    for (int k = 0; k < sides; ++k) {
+      const int side = (r + k) % sides;  // 0 baseline, 1 vcudnn, 2 third
+      if (side == 0) {
         tb.push_back(time_reps(c, baseline_call, "baseline"));
-      } else if (v_ok) {
+      } else if (side == 1 && v_ok) {
         try {
           tv.push_back(time_reps(c, vcudnn_call, "vcudnn"));
         } catch (const Failure& e) {
           vc["error"] = e.what();
           v_ok = false;
         }
+      } else if (side == 2 && t_ok) {
+        try {
+          tt.push_back(time_reps(c, third->call, "third side"));
+        } catch (const Failure& e) {
+          (*third->out)["error"] = e.what();
+          t_ok = false;
+        }
       }
     }
   }
-  base["ms"] = quantile(tb, 0.5);
-  base["p25"] = quantile(tb, 0.25);
-  base["p75"] = quantile(tb, 0.75);
-  base["rounds_ms"] = tb;
+  put_rounds(base, tb);
   if (v_ok && !tv.empty()) {
-    vc["ms"] = quantile(tv, 0.5);
-    vc["p25"] = quantile(tv, 0.25);
-    vc["p75"] = quantile(tv, 0.75);
-    vc["rounds_ms"] = tv;
+    put_rounds(vc, tv);
     if (quantile(tb, 0.5) > 0) row["ratio"] = quantile(tv, 0.5) / quantile(tb, 0.5);
   }
+  if (t_ok && !tt.empty()) put_rounds(*third->out, tt);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
