@@ -182,7 +182,10 @@ std::optional<DetectedIteration> OpRepeatDetector::on_op(uint64_t seq, uint64_t 
       continue;
     const int64_t peak = *std::max_element(level_.begin() + static_cast<std::ptrdiff_t>(k),
                                            level_.begin() + static_cast<std::ptrdiff_t>(m + 1));
-    if (peak - live_before < (highest_ - live_before + 1) / 2) continue;  // no turn worth the name
+    // No turn worth the name. Strictly above its ends: at the highest level seen so far half of no
+    // distance is none, and a stretch that allocates nothing would pass (Note [Iterations without
+    // convolutions]).
+    if (peak <= live_before || peak - live_before < (highest_ - live_before + 1) / 2) continue;
     found = DetectedIteration{seq_[k], seq_[m], "auto", 0};
   }
   same.push_back(n);

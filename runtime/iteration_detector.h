@@ -76,14 +76,19 @@ class IterationDetector {
 // A program without convolutions (a transformer) gives IterationDetector nothing to compare. With
 // memory owned, every allocation, free, launch and library call is recorded too. Every one but the
 // frees is an operation here, with an identity (its kind, API and the sizes of the buffers it
-// allocates or uses, a kernel launch's aside: identity_of in recorder.cpp); a boundary is the point just before an operation, at the live bytes the
-// frees since the one before left. An iteration is then the first window of operations that
+// allocates or uses, a kernel launch's aside: identity_of in recorder.cpp); a boundary is the point
+// just before an operation, at the live bytes the frees since the one before left. An iteration is
+// then the first window of operations that
 //   - the next window of the same length repeats exactly (by identity),
 //   - begins, ends (and so does its repeat) at the same live-bytes level: what an iteration
 //     allocates it frees, except state it keeps for good (an optimizer's, in iteration 1 only),
-//   - rises, somewhere inside, at least halfway from that level to the highest live bytes seen so
-//     far: a training step holds its activations at the turn from forward to backward, where a
-//     repeated layer or an optimizer's per-parameter loop holds almost nothing,
+//   - rises, somewhere inside, above that level and at least halfway from it to the highest live
+//     bytes seen so far: a training step holds its activations at the turn from forward to
+//     backward, where a repeated layer or an optimizer's per-parameter loop holds almost nothing.
+//     Above, strictly: DDP's start copies each parameter out of one broadcast bucket (ResNet-50:
+//     161 copies, at the highest level yet, allocating nothing; a copy's identity is taken when it
+//     reports its source, so all alike), and with "at least halfway" alone that run was taken for
+//     the iteration on both ranks (H200 x2),
 //   - and has at least kMinOps operations.
 // Frees are no operations because their order is not the program's: tensors a Python reference cycle
 // holds go when the garbage collector runs, at a point that moves from one step to the next. With

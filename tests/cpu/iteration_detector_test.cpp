@@ -715,6 +715,25 @@ TEST_CASE("iteration without convolutions: a loop that never rises is no iterati
   CHECK(q.found);
 }
 
+// DDP's start (H200 x2, ResNet-50): the parameters are broadcast as one flat bucket, at the highest
+// live bytes yet, and copied out one by one; the copies allocate nothing and look alike. Found as
+// the iteration on both ranks before the fix; the training steps after them are.
+TEST_CASE("iteration without convolutions: copies out of a bucket at the highest level are no iteration",
+          "[iteration][ops]") {
+  OpProgram p;
+  p.op(1, 100 << 20);  // parameters
+  p.op(2, 94 << 20);   // the broadcast bucket
+  for (int i = 0; i < 161; ++i) p.op(60);
+  p.free(94 << 20);
+  const uint64_t first = transformer_step(p, true);
+  const uint64_t second = transformer_step(p, false);
+  const uint64_t third = transformer_step(p, false);
+  transformer_step(p, false);
+  REQUIRE(p.found);
+  CHECK(p.found->first_seq > first);
+  CHECK(p.found->end_seq - p.found->first_seq == third - second);
+}
+
 TEST_CASE("iteration without convolutions: a long stretch that allocates nothing stays cheap", "[iteration][ops]") {
   OpProgram p;
   const auto t0 = std::chrono::steady_clock::now();
