@@ -66,7 +66,15 @@ RecorderConfig recorder_config(const Options& o) {
                       placement = o.get(kOffloadPlacement) == "static"](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;
-      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, placement);
+      // Note [No placement beside unseen collectives]
+      bool place = placement;
+      if (place) {
+        if (const std::string hazard = collectives_hazard(); !hazard.empty()) {
+          VCUDNN_LOG_WARN("offload: no static placement (VCUDNN_OFFLOAD_PLACEMENT=off from here on): {}", hazard);
+          place = false;
+        }
+      }
+      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place);
       if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);
     };
   }

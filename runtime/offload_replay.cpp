@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -109,6 +111,30 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
 }
 
 }  // namespace
+
+// Note [No placement beside unseen collectives]
+std::string collectives_hazard_in(const std::vector<std::string>& thread_names) {
+  for (const std::string& name : thread_names)
+    if (name.rfind("pt_nccl_watchdg", 0) == 0)
+      return "a PyTorch NCCL process group is in this process (thread " + name +
+             "): its collectives run where vcudnn sees nothing, and the placement failed beside them under DDP";
+  return "";
+}
+
+std::string collectives_hazard() {
+  std::vector<std::string> names;
+  try {
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+      std::ifstream in(task.path() / "comm");
+      std::string name;
+      if (std::getline(in, name)) names.push_back(std::move(name));
+    }
+    return collectives_hazard_in(names);
+  } catch (...) {  // no /proc, or no memory: nothing known against the placement
+    return "";
+  }
+}
 
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name,
                                       uint32_t room, bool placement) {

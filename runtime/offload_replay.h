@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "planner/trace.h"
 
@@ -26,6 +27,22 @@ class MemoryManager;
 // 1/16 used before; VGG-16 on the H100 needed more than 1/16 (its workspaces).
 inline constexpr uint32_t kFirstRoom = 64;
 inline constexpr uint32_t kMostRoom = 8;
+
+// Note [No placement beside unseen collectives]
+// Under DistributedDataParallel (2 x H200, ResNet-50 batch 32, 60 % budget, PyTorch 2.11, NCCL) the
+// plan replayed with its static placement made the first replayed iteration fail with an illegal
+// memory access; the same plan without the placement (VCUDNN_OFFLOAD_PLACEMENT=off) trained with the
+// losses of DDP alone. NCCL queues its collectives where vcudnn sees nothing (its own launches, on
+// its own stream, on the gradient buckets the trace shows only as copies in and out), and which of
+// the placement's assumptions that breaks is not yet found. Until it is, a process with a PyTorch
+// NCCL process group (its watchdog thread, "pt_nccl_watchdg", started with the group) gets the plan
+// without the placement, and the log says so.
+
+// Why the static placement is not used in this process ("" when nothing speaks against it):
+// collectives_hazard() reads the names of the process's threads; the rule is in
+// collectives_hazard_in(), for tests.
+std::string collectives_hazard();
+std::string collectives_hazard_in(const std::vector<std::string>& thread_names);
 
 // What was decided, for the log and the tests ("" when nothing was to be done). `room`: the plan
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.

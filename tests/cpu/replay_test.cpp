@@ -4,9 +4,13 @@
 // through MemoryManager on the simulated device, whose every byte is checked.
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "planner/lifetimes.h"
@@ -548,4 +552,24 @@ TEST_CASE("replay: VCUDNN_LOG_ITERATIONS logs what each followed iteration cost"
     CHECK_THAT(lines[i], Catch::Contains(" and 12 frees in "));
   }
   CHECK(quiet.replay);  // ran, and logged nothing (the count above)
+}
+
+// Note [No placement beside unseen collectives]
+TEST_CASE("a PyTorch NCCL process group in the process turns the static placement off", "[replay][placement]") {
+  CHECK(vcudnn::collectives_hazard_in({"python3", "pt_autograd_0", "cuda-EvtHandlr"}).empty());
+  const std::string said = vcudnn::collectives_hazard_in({"python3", "pt_nccl_watchdg"});
+  CHECK(said.find("pt_nccl_watchdg") != std::string::npos);
+  // This process's own threads, as the runtime reads them: none such, then a thread of that name.
+  CHECK(vcudnn::collectives_hazard().empty());
+  std::atomic<int> stage{0};
+  std::thread watchdog([&] {
+    pthread_setname_np(pthread_self(), "pt_nccl_watchdg");
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  CHECK_FALSE(vcudnn::collectives_hazard().empty());
+  stage = 2;
+  watchdog.join();
+  CHECK(vcudnn::collectives_hazard().empty());
 }

@@ -514,6 +514,11 @@ TEST_CASE(
     for (const std::string& line : grep(r.log, "vcudnn[" + std::to_string(pid) + "]"))
       planned = planned || line.find("offload: vcudnn plan from the recorded iteration") != std::string::npos;
     CHECK(planned);
+    // Note [No placement beside unseen collectives]: the plan without its static placement.
+    bool unplaced = false;
+    for (const std::string& line : grep(r.log, "vcudnn[" + std::to_string(pid) + "]"))
+      unplaced = unplaced || line.find("offload: no static placement") != std::string::npos;
+    CHECK(unplaced);
     CHECK(exit_count_of(r.log, pid, "iterations").value_or(0) >= 2);
     CHECK(exit_count_of(r.log, pid, "offloads").value_or(0) > 0);
     CHECK(exit_count_of(r.log, pid, "untracked_launches") == std::optional<uint64_t>(0));
