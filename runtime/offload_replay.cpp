@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -113,11 +114,16 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
 }  // namespace
 
 // Note [No placement beside unseen collectives]
-std::string collectives_hazard_in(const std::vector<std::string>& thread_names) {
+std::string collectives_hazard_in(const std::vector<std::string>& thread_names, const char* world_size) {
   for (const std::string& name : thread_names)
-    if (name.rfind("pt_nccl_watchdg", 0) == 0)
-      return "a PyTorch NCCL process group is in this process (thread " + name +
+    if (name.rfind("pt_nccl_watchdg", 0) == 0 || name.rfind("NCCL", 0) == 0)
+      return "NCCL runs in this process (thread " + name +
              "): its collectives run where vcudnn sees nothing, and the placement failed beside them under DDP";
+  if (world_size && std::strtol(world_size, nullptr, 10) > 1)
+    return fmt::format(
+        "WORLD_SIZE={}: a rank of a distributed job, whose collectives run where vcudnn sees nothing, "
+        "and the placement failed beside them under DDP",
+        world_size);
   return "";
 }
 
@@ -130,7 +136,7 @@ std::string collectives_hazard() {
       std::string name;
       if (std::getline(in, name)) names.push_back(std::move(name));
     }
-    return collectives_hazard_in(names);
+    return collectives_hazard_in(names, std::getenv("WORLD_SIZE"));
   } catch (...) {  // no /proc, or no memory: nothing known against the placement
     return "";
   }

@@ -34,15 +34,17 @@ inline constexpr uint32_t kMostRoom = 8;
 // memory access; the same plan without the placement (VCUDNN_OFFLOAD_PLACEMENT=off) trained with the
 // losses of DDP alone. NCCL queues its collectives where vcudnn sees nothing (its own launches, on
 // its own stream, on the gradient buckets the trace shows only as copies in and out), and which of
-// the placement's assumptions that breaks is not yet found. Until it is, a process with a PyTorch
-// NCCL process group (its watchdog thread, "pt_nccl_watchdg", started with the group) gets the plan
-// without the placement, and the log says so.
+// the placement's assumptions that breaks is not yet found. Until it is, a process where NCCL runs
+// gets the plan without the placement, and the log says so. Any one sign is enough (a false one
+// costs only the placement's speed): a PyTorch NCCL process group's watchdog thread
+// ("pt_nccl_watchdg", started with the group; seen in the failing run's messages), a thread whose
+// name begins "NCCL", or WORLD_SIZE above 1 (torchrun and its kin set it for every rank).
 
 // Why the static placement is not used in this process ("" when nothing speaks against it):
-// collectives_hazard() reads the names of the process's threads; the rule is in
+// collectives_hazard() reads the names of the process's threads and WORLD_SIZE; the rule is in
 // collectives_hazard_in(), for tests.
 std::string collectives_hazard();
-std::string collectives_hazard_in(const std::vector<std::string>& thread_names);
+std::string collectives_hazard_in(const std::vector<std::string>& thread_names, const char* world_size);
 
 // What was decided, for the log and the tests ("" when nothing was to be done). `room`: the plan
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.

@@ -556,10 +556,16 @@ TEST_CASE("replay: VCUDNN_LOG_ITERATIONS logs what each followed iteration cost"
 
 // Note [No placement beside unseen collectives]
 TEST_CASE("a PyTorch NCCL process group in the process turns the static placement off", "[replay][placement]") {
-  CHECK(vcudnn::collectives_hazard_in({"python3", "pt_autograd_0", "cuda-EvtHandlr"}).empty());
-  const std::string said = vcudnn::collectives_hazard_in({"python3", "pt_nccl_watchdg"});
-  CHECK(said.find("pt_nccl_watchdg") != std::string::npos);
-  // This process's own threads, as the runtime reads them: none such, then a thread of that name.
+  using vcudnn::collectives_hazard_in;
+  CHECK(collectives_hazard_in({"python3", "pt_autograd_0", "cuda-EvtHandlr"}, nullptr).empty());
+  CHECK(collectives_hazard_in({"python3"}, "1").empty());  // one rank alone
+  CHECK(collectives_hazard_in({"python3"}, "").empty());
+  CHECK(collectives_hazard_in({"python3", "pt_nccl_watchdg"}, nullptr).find("pt_nccl_watchdg") != std::string::npos);
+  CHECK_FALSE(collectives_hazard_in({"NCCL Progress 0"}, nullptr).empty());
+  CHECK(collectives_hazard_in({"python3"}, "2").find("WORLD_SIZE=2") != std::string::npos);
+  // This process's own threads, as the runtime reads them: none such, then a thread of that name
+  // (WORLD_SIZE unset: tests ignore the caller's environment here as everywhere).
+  ::unsetenv("WORLD_SIZE");
   CHECK(vcudnn::collectives_hazard().empty());
   std::atomic<int> stage{0};
   std::thread watchdog([&] {
