@@ -34,7 +34,9 @@ inline constexpr uint32_t kMostRoom = 8;
 // memory access; the same plan without the placement (VCUDNN_OFFLOAD_PLACEMENT=off) trained with the
 // losses of DDP alone. NCCL queues its collectives where vcudnn sees nothing (its own launches, on
 // its own stream, on the gradient buckets the trace shows only as copies in and out), and which of
-// the placement's assumptions that breaks is not yet found. Until it is, a process where NCCL runs
+// the placement's assumptions that breaks is not yet found: that rank's recorded iteration, replayed
+// with the placement on the simulated device (tests/cpu/trace_sim_test.cpp), shows no error, so it
+// lies outside what the trace holds. Until it is found, a process where NCCL runs
 // gets the plan without the placement, and the log says so. Any one sign is enough (a false one
 // costs only the placement's speed): a PyTorch NCCL process group's watchdog thread
 // ("pt_nccl_watchdg", started with the group; seen in the failing run's messages), a thread whose

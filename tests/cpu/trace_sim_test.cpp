@@ -233,3 +233,31 @@ TEST_CASE("recorded VGG-16 iteration at 90%: a static placement, followed withou
     CHECK(s.evictions > 0);
   }
 }
+
+// Note [No placement beside unseen collectives]: the iteration one rank of DistributedDataParallel
+// recorded (ResNet-50 batch 32, 2 x H200, NCCL; tests/data/resnet50_ddp_rank_trace.json, the real
+// step after the fix to iterations without convolutions) at the budget whose placed plan failed
+// there with an illegal memory access. On the simulated device the plan is followed with its
+// placement, the device keeping up or lagging 400 operations, without a device error, a fault-in or
+// a lost byte: what broke on the GPU is outside what the trace shows (NCCL's collectives).
+TEST_CASE("recorded DDP rank at the failing budget: the placed plan is sound on the simulated device",
+          "[replay][memory][placement]") {
+  static const Trace rank = [] {
+    auto r = read_trace(test::source_dir() + "/tests/data/resnet50_ddp_rank_trace.json");
+    REQUIRE(r);
+    return r.value();
+  }();
+  CHECK(rank.calls.size() == 2851);
+  const uint64_t budget = 1894355301ull;  // VCUDNN_DEVICE_BUDGET of the [ddp] test's run
+  for (const size_t lag : {size_t{0}, size_t{400}}) {
+    const test::SimResult r = test::simulate_trace(rank, budget, "vcudnn", kIterations, 64, kFirstRoom, true, lag);
+    const Steady s = steady(r);
+    INFO(fmt::format("lag {}: host waits {:.1f} fault-ins {:.1f} evictions {:.1f}\n{}\n{}", lag, s.host_waits,
+                     s.fault_ins, s.evictions, r.decided, r.summary));
+    CHECK_THAT(r.decided, Catch::Contains("; a static placement:"));
+    CHECK(r.errors.empty());
+    CHECK(r.peak_bytes <= budget);
+    CHECK(s.fault_ins == 0);
+    CHECK(s.evictions > 0);
+  }
+}
