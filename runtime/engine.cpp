@@ -68,7 +68,7 @@ RecorderConfig recorder_config(const Options& o) {
       if (!m) return;
       // Note [No placement beside unseen collectives]
       bool place = placement;
-      if (place) {
+      if (place && m->budget()) {  // without a budget nothing is planned, nor placed
         if (const std::string hazard = collectives_hazard(); !hazard.empty()) {
           VCUDNN_LOG_WARN("offload: no static placement (VCUDNN_OFFLOAD_PLACEMENT=off from here on): {}", hazard);
           place = false;

@@ -36,11 +36,11 @@ inline constexpr uint32_t kMostRoom = 8;
 // its own stream, on the gradient buckets the trace shows only as copies in and out), and which of
 // the placement's assumptions that breaks is not yet found: that rank's recorded iteration, replayed
 // with the placement on the simulated device (tests/cpu/trace_sim_test.cpp), shows no error, so it
-// lies outside what the trace holds. Until it is found, a process where NCCL runs
-// gets the plan without the placement, and the log says so. Any one sign is enough (a false one
-// costs only the placement's speed): a PyTorch NCCL process group's watchdog thread
-// ("pt_nccl_watchdg", started with the group; seen in the failing run's messages), a thread whose
-// name begins "NCCL", or WORLD_SIZE above 1 (torchrun and its kin set it for every rank).
+// lies outside what the trace holds. Until it is found, a process where NCCL runs gets the plan
+// without the placement, and the log says so. Any one sign is enough (a false one costs only the
+// placement's speed): a PyTorch NCCL process group's watchdog thread ("pt_nccl_watchdg", started
+// with the group; seen in the failing run's messages), a thread whose name begins "NCCL", or
+// WORLD_SIZE above 1 (torchrun and its kin set it for every rank).
 
 // Why the static placement is not used in this process ("" when nothing speaks against it):
 // collectives_hazard() reads the names of the process's threads and WORLD_SIZE; the rule is in
