@@ -106,7 +106,40 @@ std::vector<double> start_times(const std::vector<double>& duration) {
 // Greedy cover of the calls over the budget, worst first: at the worst call, the smallest move that
 // removes its whole excess, else the one that removes the most excess over its range; then every
 // move the later ones made unneeded goes again (last chosen, first tried).
-Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget) {
+// Note [Moving part of a buffer]: each moved buffer that may move in part, the last to leave first,
+// keeps the granules its absences have room for under the budget.
+void keep_what_fits(const SpanModel& m, uint64_t budget, uint64_t granule, std::vector<OffloadMove>& moves) {
+  if (granule == 0) return;
+  std::vector<uint64_t> present = simulate(m, moves);
+  std::vector<std::vector<size_t>> by_life(m.lives.size());
+  std::vector<size_t> lives;  // by their first move's out_after, last first
+  for (size_t k = 0; k < moves.size(); ++k) {
+    if (by_life[moves[k].life].empty()) lives.push_back(moves[k].life);
+    by_life[moves[k].life].push_back(k);
+  }
+  const auto leaves = [&](size_t life) { return moves[by_life[life].front()].out_after; };
+  std::stable_sort(lives.begin(), lives.end(), [&](size_t a, size_t b) { return leaves(a) > leaves(b); });
+  for (size_t life : lives) {
+    const SpanModel::Life& l = m.lives[life];
+    if (!l.partial || l.bytes <= granule) continue;
+    uint64_t room = l.bytes - granule;  // at least one granule moves
+    for (size_t k : by_life[life]) {
+      const OffloadMove& mv = moves[k];
+      for (size_t p = mv.first_absent(); p <= mv.last_absent() && p < present.size(); ++p)
+        room = std::min(room, present[p] < budget ? budget - present[p] : 0);
+    }
+    const uint64_t keep = room / granule * granule;
+    if (keep == 0) continue;
+    for (size_t k : by_life[life]) {
+      OffloadMove& mv = moves[k];
+      mv.offset = keep;
+      mv.bytes = l.bytes - keep;
+      for (size_t p = mv.first_absent(); p <= mv.last_absent() && p < present.size(); ++p) present[p] += keep;
+    }
+  }
+}
+
+Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget, uint64_t granule) {
   OffloadPlan plan;
   plan.policy = OffloadPolicy::kVcudnn;
   plan.budget = budget;
@@ -164,6 +197,7 @@ Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget) {
   }
   for (size_t i = 0; i < gaps.size(); ++i)
     if (taken[i]) plan.moves.push_back(move_of(gaps[i], gaps[i].next - 1));
+  keep_what_fits(m, budget, granule, plan.moves);
   finish(m, plan);
   return plan;
 }
@@ -254,6 +288,7 @@ SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const Offlo
     const bool replayable = bl.alloc_seq.has_value() == bl.free_seq.has_value();
     l.movable = own_granules && (replayable || !options.replayable_only);
     l.bytes = own_granules ? round_up(bl.bytes, options.granule) : bl.bytes;
+    l.partial = l.movable && options.partial_moves && bl.alloc_seq && bl.free_seq;
     m.lives.push_back(std::move(l));
   }
   m.fixed_bytes = lifetimes.untouched_bytes;
@@ -304,7 +339,7 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
         "{} (what that call and its neighbours use, buffers below one granule of {} and library buffers stay{})",
         mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule),
         m.fixed_bytes ? ", and " + mib(m.fixed_bytes) + " alive that no call of the iteration uses" : "")};
-  if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget);
+  if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget, options.granule);
   if (policy == OffloadPolicy::kModnn) return plan_modnn(trace, lifetimes, m, budget, link, default_call_ms);
   return plan_vdnn(trace, lifetimes, m, budget, policy);
 }
@@ -727,7 +762,9 @@ std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {
     if (mv.life >= m.lives.size()) return fmt::format("a move names buffer {} of {}", mv.life, m.lives.size());
     const SpanModel::Life& l = m.lives[mv.life];
     if (!l.movable) return fmt::format("buffer {} cannot move (library, or below one granule)", mv.life);
-    if (mv.bytes != l.bytes) return fmt::format("buffer {} moves {} bytes, not its {}", mv.life, mv.bytes, l.bytes);
+    if (mv.bytes == 0 || mv.offset + mv.bytes != l.bytes || (mv.offset && !l.partial))
+      return fmt::format("buffer {} moves {} bytes from {}, not its {} (or a part of it that may move)", mv.life,
+                         mv.bytes, mv.offset, l.bytes);
     const auto at = std::find(l.uses.begin(), l.uses.end(), mv.out_after);
     if (at == l.uses.end() || at + 1 == l.uses.end() || *(at + 1) != mv.next_use)
       return fmt::format("buffer {}: calls {} and {} are not two consecutive uses", mv.life, mv.out_after, mv.next_use);
@@ -747,9 +784,13 @@ std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {
   std::sort(by_life.begin(), by_life.end(), [](const OffloadMove* a, const OffloadMove* b) {
     return std::pair(a->life, a->off_from) < std::pair(b->life, b->off_from);
   });
-  for (size_t k = 1; k < by_life.size(); ++k)
-    if (by_life[k]->life == by_life[k - 1]->life && by_life[k]->first_absent() <= by_life[k - 1]->last_absent())
+  for (size_t k = 1; k < by_life.size(); ++k) {
+    if (by_life[k]->life != by_life[k - 1]->life) continue;
+    if (by_life[k]->first_absent() <= by_life[k - 1]->last_absent())
       return fmt::format("buffer {} is off the device twice at call {}", by_life[k]->life, by_life[k]->first_absent());
+    if (by_life[k]->offset != by_life[k - 1]->offset)
+      return fmt::format("buffer {} moves different parts of itself", by_life[k]->life);
+  }
   const std::vector<uint64_t> sim = simulate(m, plan.moves);
   const uint64_t peak = sim.empty() ? 0 : *std::max_element(sim.begin(), sim.end());
   if (peak != plan.peak_bytes)

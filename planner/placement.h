@@ -62,6 +62,10 @@ struct PlacedBuffer {
   // the plan's absences; a buffer with a partner wraps around (from 0, and to the span's end).
   std::vector<std::pair<size_t, size_t>> resident;
   bool moved = false;  // the plan takes it off the device at least once
+  // Note [Moving part of a buffer]: its first `kept` bytes never leave (on the device over its
+  // whole life, `kept_resident`); `resident` is then its moving part's residency.
+  uint64_t kept = 0;
+  std::vector<std::pair<size_t, size_t>> kept_resident;
 };
 
 struct Placement {
@@ -71,11 +75,11 @@ struct Placement {
   uint64_t other_peak = 0;     // the most bytes outside the pool on the device at once
   uint64_t total() const { return pool_bytes + other_peak; }
   std::vector<PlacedBuffer> buffers;  // by offset, then life
-  // Driver calls per iteration once the layout stands: a moved placed buffer's range is unmapped
-  // when it leaves and mapped (and made accessible) when it comes back, one mapping per block of
-  // the pool its range covers (the pool is made of blocks cut at every moved buffer's ends, so
-  // that each move maps whole blocks); a moved buffer outside the pool (alive through the
-  // iteration) as the arena does today, one extent each way.
+  // Driver calls per iteration once the layout stands: a moved placed buffer's range (its moving
+  // part's) is unmapped when it leaves and mapped (and made accessible) when it comes back, one
+  // mapping per block of the pool it covers (the pool is made of blocks cut at both ends of every
+  // moved buffer's moving part, so that each move maps whole blocks); a moved buffer outside the
+  // pool (alive through the iteration) as the arena does today, one extent each way.
   uint64_t blocks = 0;
   std::vector<uint64_t> cuts;  // the blocks' boundaries in bytes, from 0 to pool_bytes
   uint64_t remap_calls = 0;

@@ -149,8 +149,8 @@ Status place_script(ReplayScript& script, const Trace& trace, const Lifetimes& l
     if (index == alloc_index.end())
       return Error{
           fmt::format("placement: buffer {} is not allocated by the iteration", trace.buffers.at(life.buffer).id)};
-    if (p.offset % g || p.bytes % g) return Error{"placement: a buffer is not granule-aligned"};
-    out.slots[index->second] = {p.offset / g, p.bytes / g};
+    if (p.offset % g || p.bytes % g || p.kept % g) return Error{"placement: a buffer is not granule-aligned"};
+    out.slots[index->second] = {p.offset / g, p.bytes / g, p.kept / g};
   }
   // A placed buffer's copy back may not move earlier than planned (late prefetches do, Replayer::late):
   // the buffers placed in its absence may still hold its pool bytes before then.

@@ -70,6 +70,7 @@ struct ReplayUses {
 struct ReplaySlot {
   uint64_t offset = 0;
   uint64_t granules = 0;  // 0: not placed
+  uint64_t kept = 0;      // its first granules that stay when it leaves (Note [Moving part of a buffer])
 };
 struct ReplayPlacement {
   uint64_t granule = 0;

@@ -39,6 +39,10 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
       s.offset = slots[k].offset;
       s.granules = slots[k].granules;
       if (!s.granules) continue;
+      // A kept part needs a block boundary where the moving part begins; without one it moves whole.
+      s.kept = slots[k].kept < s.granules && std::binary_search(cuts.begin(), cuts.end(), s.offset + slots[k].kept)
+                   ? slots[k].kept
+                   : 0;
       const auto [first, end] = window(slots[k]);
       s.base = va;
       s.window_first = first;
@@ -56,9 +60,9 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
 PlacedPool::~PlacedPool() {
   for (SlotState& s : slots_) {
     try {
-      if (s.mapped) unmap_slot(s);
+      unmap_slot(s);
       if (s.detached) {
-        backend_.unmap_extent(s.va, s.granules);
+        backend_.unmap_extent(s.va + s.kept * g_, s.granules - s.kept);
         backend_.release_chunk(s.detached);
       }
     } catch (...) {
@@ -83,12 +87,13 @@ int64_t PlacedPool::slot_at(uint64_t address) const {
   return it == slot_of_va_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
-// f(block index, the block's place in the slot's range): each whole block the slot's granules lie in.
+// f(block index, the block's place in the slot's range): each whole block the slot's granules from
+// `from` to `end` lie in.
 template <typename F>
-bool PlacedPool::each_piece(const SlotState& s, F&& f) const {
-  const uint64_t end = s.offset + s.granules;
-  // Blocks are in order: the first that ends after the slot's first granule.
-  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), s.offset,
+bool PlacedPool::each_piece(const SlotState& s, uint64_t from, uint64_t end, F&& f) const {
+  if (from >= end) return true;
+  // Blocks are in order: the first that ends after `from`.
+  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), from,
                              [](uint64_t g, const Block& b) { return g < b.first + b.count; });
   for (; it != blocks_.end() && it->first < end; ++it) {
     if (!f(static_cast<size_t>(it - blocks_.begin()), s.base + (it->first - s.window_first) * g_)) return false;
@@ -99,7 +104,8 @@ bool PlacedPool::each_piece(const SlotState& s, F&& f) const {
 uint64_t PlacedPool::missing_bytes(uint32_t slot) const {
   if (!placed(slot)) return 0;
   uint64_t missing = 0;
-  each_piece(slots_[slot], [&](size_t b, uint64_t) {
+  const SlotState& s = slots_[slot];
+  each_piece(s, s.offset, s.end(), [&](size_t b, uint64_t) {
     if (!blocks_[b].handle) missing += blocks_[b].count;
     return true;
   });
@@ -107,7 +113,7 @@ uint64_t PlacedPool::missing_bytes(uint32_t slot) const {
 }
 
 bool PlacedPool::create_blocks(const SlotState& s) {
-  return each_piece(s, [&](size_t b, uint64_t) {
+  return each_piece(s, s.offset, s.end(), [&](size_t b, uint64_t) {
     Block& block = blocks_[b];
     if (block.handle) return true;
     block.handle = backend_.create_extent(block.count);
@@ -118,22 +124,19 @@ bool PlacedPool::create_blocks(const SlotState& s) {
   });
 }
 
-bool PlacedPool::map_slot(SlotState& s) {
+bool PlacedPool::map_part(SlotState& s, uint64_t from, uint64_t end) {
   size_t done = 0;  // pieces mapped so far
-  const bool ok = each_piece(s, [&](size_t b, uint64_t va) {
+  const bool ok = each_piece(s, from, end, [&](size_t b, uint64_t va) {
     const Block& block = blocks_[b];
     if (!backend_.map_alias(va, block.handle, block.count)) return false;
     ++stats_.mappings;
     ++done;
     return true;
   });
-  if (ok) {
-    s.mapped = true;
-    return true;
-  }
-  // Undo the pieces mapped: the range is all or nothing.
+  if (ok) return true;
+  // Undo the pieces mapped: the part is all or nothing.
   size_t undone = 0;
-  each_piece(s, [&](size_t b, uint64_t va) {
+  each_piece(s, from, end, [&](size_t b, uint64_t va) {
     if (undone >= done) return false;
     backend_.unmap_extent(va, blocks_[b].count);
     ++undone;
@@ -142,14 +145,40 @@ bool PlacedPool::map_slot(SlotState& s) {
   return false;
 }
 
-bool PlacedPool::unmap_slot(SlotState& s) {
-  const bool ok = each_piece(s, [&](size_t b, uint64_t va) {
+bool PlacedPool::unmap_part(SlotState& s, uint64_t from, uint64_t end) {
+  return each_piece(s, from, end, [&](size_t b, uint64_t va) {
     if (!backend_.unmap_extent(va, blocks_[b].count)) return false;
     ++stats_.unmappings;
     return true;
   });
-  if (ok) s.mapped = false;
-  return ok;
+}
+
+bool PlacedPool::map_slot(SlotState& s) {
+  const bool kept_now = s.kept && !s.kept_mapped;
+  if (kept_now) {
+    if (!map_part(s, s.offset, s.moving())) return false;
+    s.kept_mapped = true;
+  }
+  if (!s.mapped && !s.detached) {
+    if (!map_part(s, s.moving(), s.end())) {
+      if (kept_now && unmap_part(s, s.offset, s.moving())) s.kept_mapped = false;
+      return false;
+    }
+    s.mapped = true;
+  }
+  return true;
+}
+
+bool PlacedPool::unmap_slot(SlotState& s) {
+  if (s.mapped) {
+    if (!unmap_part(s, s.moving(), s.end())) return false;
+    s.mapped = false;
+  }
+  if (s.kept_mapped) {
+    if (!unmap_part(s, s.offset, s.moving())) return false;
+    s.kept_mapped = false;
+  }
+  return true;
 }
 
 PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* waits,
@@ -166,7 +195,7 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
     for (uint64_t g = s.offset; g < s.offset + s.granules; ++g)
       if (owner_[g] && !may_hand_over(owner_[g])) return busy();
     if (!create_blocks(s)) return Result::kFailed;
-    if (!s.mapped && !map_slot(s)) return Result::kFailed;
+    if (!map_slot(s)) return Result::kFailed;
     for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
       if (owner_[g]) {
         if (handed_over && std::find(handed_over->begin(), handed_over->end(), owner_[g]) == handed_over->end()) {
@@ -209,15 +238,18 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
   try {
     if (!placed(slot)) return false;
     SlotState& s = slots_[slot];
-    if (s.mapped && !unmap_slot(s)) return false;
+    if (s.mapped) {
+      if (!unmap_part(s, s.moving(), s.end())) return false;
+      s.mapped = false;
+    }
     if (s.detached) {
-      if (!backend_.unmap_extent(s.va, s.granules)) return false;
+      if (!backend_.unmap_extent(s.va + s.kept * g_, s.granules - s.kept)) return false;
       backend_.release_chunk(s.detached);
       s.detached = 0;
-      held_granules_ -= s.granules;
+      held_granules_ -= s.granules - s.kept;
       ++stats_.unmappings;
     }
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+    for (uint64_t g = s.moving(); g < s.end(); ++g) {
       if (owner_[g] != owner) continue;
       owner_[g] = nullptr;
       tags_[g].merge(tags);
@@ -229,7 +261,7 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
 }
 
 bool PlacedPool::held_by_another(const SlotState& s, const void* owner) {
-  for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+  for (uint64_t g = s.moving(); g < s.end(); ++g) {
     if (owner_[g] && owner_[g] != owner) {
       ++stats_.busy;
       return true;
@@ -239,7 +271,7 @@ bool PlacedPool::held_by_another(const SlotState& s, const void* owner) {
 }
 
 void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* waits) {
-  for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+  for (uint64_t g = s.moving(); g < s.end(); ++g) {
     if (waits) waits->merge(tags_[g]);
     tags_[g].clear();
     owner_[g] = owner;
@@ -252,7 +284,7 @@ PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet*
     SlotState& s = slots_[slot];
     if (s.mapped || s.detached) return Result::kFailed;  // not evicted
     if (held_by_another(s, owner)) return Result::kBusy;
-    if (!create_blocks(s) || !map_slot(s)) return Result::kFailed;
+    if (!create_blocks(s) || !map_slot(s)) return Result::kFailed;  // its moving part (its kept part stayed)
     own_granules(s, owner, waits);
     return Result::kOk;
   } catch (...) {
@@ -277,7 +309,7 @@ std::vector<const void*> PlacedPool::holders(uint32_t slot, const void* owner) c
   std::vector<const void*> out;
   if (!placed(slot)) return out;
   const SlotState& s = slots_[slot];
-  for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+  for (uint64_t g = s.moving(); g < s.end(); ++g) {
     const void* o = owner_[g];
     if (o && o != owner && std::find(out.begin(), out.end(), o) == out.end()) out.push_back(o);
   }
@@ -289,14 +321,15 @@ bool PlacedPool::restore_detached(uint32_t slot) {
     if (!placed(slot)) return false;
     SlotState& s = slots_[slot];
     if (s.mapped || s.detached) return false;
-    const Handle h = backend_.create_extent(s.granules);
+    const uint64_t n = s.granules - s.kept;
+    const Handle h = backend_.create_extent(n);
     if (!h) return false;
-    if (!backend_.map_extent(s.va, h, s.granules)) {
+    if (!backend_.map_extent(s.va + s.kept * g_, h, n)) {
       backend_.release_chunk(h);
       return false;
     }
     s.detached = h;
-    held_granules_ += s.granules;
+    held_granules_ += n;
     ++stats_.detached;
     ++stats_.mappings;
     return true;
@@ -311,15 +344,16 @@ uint64_t PlacedPool::reap(const std::function<bool(const FreeTag&)>& settled) {
     for (size_t i = 0; i < pending_.size();) {
       SlotState& s = slots_[pending_[i]];
       s.freed.prune(settled);
-      if (!s.freed.empty() || !backend_.unmap_extent(s.va, s.granules)) {
+      const uint64_t n = s.granules - s.kept;
+      if (!s.freed.empty() || !backend_.unmap_extent(s.va + s.kept * g_, n)) {
         ++i;
         continue;
       }
       backend_.release_chunk(s.detached);
       s.detached = 0;
       s.release_pending = false;
-      held_granules_ -= s.granules;
-      freed += s.granules * g_;
+      held_granules_ -= n;
+      freed += n * g_;
       ++stats_.unmappings;
       pending_[i] = pending_.back();
       pending_.pop_back();
@@ -345,7 +379,7 @@ uint64_t PlacedPool::shrink(uint64_t want, const std::function<bool(const FreeTa
       // The ranges that show it: each must be unmappable (no buffer, work settled).
       std::vector<SlotState*> showing;
       for (SlotState& s : slots_) {
-        if (!s.mapped || s.offset >= end || s.offset + s.granules <= b.first) continue;
+        if ((!s.mapped && !s.kept_mapped) || s.offset >= end || s.offset + s.granules <= b.first) continue;
         s.freed.prune(settled);
         if (s.owner || !s.freed.empty()) {
           free = false;

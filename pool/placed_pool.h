@@ -37,6 +37,10 @@ class PlacedPool {
   struct Slot {
     uint64_t offset = 0;    // first pool granule
     uint64_t granules = 0;  // 0: this allocation is not placed
+    // Its first `kept` granules never leave (Note [Moving part of a buffer], planner/offload_plan.h):
+    // evict, restore, reclaim, holders and restore_detached concern the rest, its moving part, and
+    // the block boundaries include the one between the two.
+    uint64_t kept = 0;
   };
   // `cuts`: block boundaries in pool granules, ascending, from 0 to the pool's granules.
   // `slots`: by allocation index. ok() is false when the arguments are inconsistent or the
@@ -51,6 +55,7 @@ class PlacedPool {
   bool placed(uint32_t slot) const { return slot < slots_.size() && slots_[slot].granules > 0; }
   uint64_t address(uint32_t slot) const { return slots_[slot].va; }
   uint64_t span(uint32_t slot) const { return slots_[slot].granules * g_; }
+  uint64_t kept_bytes(uint32_t slot) const { return placed(slot) ? slots_[slot].kept * g_ : 0; }
   // The slot whose buffer address is `address`, or -1.
   int64_t slot_at(uint64_t address) const;
   // Physical memory the pool holds: blocks created and detached extents.
@@ -84,6 +89,7 @@ class PlacedPool {
   std::vector<const void*> holders(uint32_t slot, const void* owner) const;
   // Maps an evicted slot's range onto a fresh extent of its own (the caller made room).
   bool restore_detached(uint32_t slot);
+  // Its moving part is mapped (onto the pool, or onto an extent of its own).
   bool is_mapped(uint32_t slot) const { return slot < slots_.size() && (slots_[slot].mapped || slots_[slot].detached); }
   // Releases the detached extents of freed slots whose tags `settled` accepts; returns the bytes.
   uint64_t reap(const std::function<bool(const FreeTag&)>& settled);
@@ -115,21 +121,28 @@ class PlacedPool {
     uint64_t va = 0;            // the buffer's address
     uint64_t base = 0;          // its range: the whole blocks its granules lie in
     uint64_t window_first = 0;  // the first of those blocks' first pool granule
-    uint64_t offset = 0, granules = 0;
-    bool mapped = false;  // onto the pool
-    Handle detached = 0;  // onto an extent of its own
+    uint64_t offset = 0, granules = 0, kept = 0;
+    bool mapped = false;                               // its moving part, onto the pool
+    bool kept_mapped = false;                          // its kept part (none: kept == 0), onto the pool
+    Handle detached = 0;                               // its moving part, onto an extent of its own
+    uint64_t moving() const { return offset + kept; }  // the moving part's first pool granule
+    uint64_t end() const { return offset + granules; }
     const void* owner = nullptr;
     TagSet freed;  // the last release's tags (a detached extent goes once they settle)
     bool release_pending = false;
   };
-  // The pieces of a slot's range: each whole block its granules lie in, at its place in the range.
+  // The pieces of a slot's range from pool granule `from` to `end`: each whole block those granules
+  // lie in, at its place in the range.
   template <typename F>
-  bool each_piece(const SlotState& s, F&& f) const;
-  bool map_slot(SlotState& s);    // all pieces or none
-  bool unmap_slot(SlotState& s);  // false on the first failure
+  bool each_piece(const SlotState& s, uint64_t from, uint64_t end, F&& f) const;
+  bool map_part(SlotState& s, uint64_t from, uint64_t end);    // all pieces or none
+  bool unmap_part(SlotState& s, uint64_t from, uint64_t end);  // false on the first failure
+  bool map_slot(SlotState& s);                                 // what of it is not mapped: both parts, or none of them
+  bool unmap_slot(SlotState& s);                               // what of it is mapped onto the pool
   bool create_blocks(const SlotState& s);
-  bool held_by_another(const SlotState& s, const void* owner);              // some granule (counted busy)
-  void own_granules(const SlotState& s, const void* owner, TagSet* waits);  // their tags into `waits`
+  // Some granule of its moving part (counted busy).
+  bool held_by_another(const SlotState& s, const void* owner);
+  void own_granules(const SlotState& s, const void* owner, TagSet* waits);  // its moving part's; tags into `waits`
 
   PhysicalBackend& backend_;
   uint64_t g_ = 0;

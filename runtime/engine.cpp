@@ -62,8 +62,8 @@ RecorderConfig recorder_config(const Options& o) {
   RecorderConfig c;
   c.trace_path = o.get(kTrace);
   if (features_of(o.policy).own_memory) {
-    c.on_iteration = [policy = o.get(kOffloadPolicy),
-                      placement = o.get(kOffloadPlacement) == "static"](const Trace& trace) {
+    c.on_iteration = [policy = o.get(kOffloadPolicy), placement = o.get(kOffloadPlacement) != "off",
+                      partial = o.get(kOffloadPlacement) == "static"](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;
       // Note [No placement beside unseen collectives]
@@ -74,7 +74,7 @@ RecorderConfig recorder_config(const Options& o) {
           place = false;
         }
       }
-      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place);
+      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place, partial);
       if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);
     };
   }

@@ -87,6 +87,7 @@ void MemoryManager::recycle(Buffer* b) {
   b->cached = false;
   b->next_cached = nullptr;
   b->placed_pool = nullptr;
+  b->kept = 0;
   b->handed_over = false;
   spare_.push_back(b);
 }
@@ -520,7 +521,7 @@ void MemoryManager::install_replay(ReplayScript script) {
   if (config_.device_budget && !placement.cuts.empty() && placement.granule == arena_.granularity()) {
     std::vector<pool::PlacedPool::Slot> slots;
     slots.reserve(placement.slots.size());
-    for (const ReplaySlot& slot : placement.slots) slots.push_back({slot.offset, slot.granules});
+    for (const ReplaySlot& slot : placement.slots) slots.push_back({slot.offset, slot.granules, slot.kept});
     pool = std::make_unique<pool::PlacedPool>(physical_, arena_.granularity(), placement.cuts, std::move(slots));
     if (!pool->ok()) {
       VCUDNN_LOG_WARN(
@@ -922,6 +923,7 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
   order_new_owner(waits, stream);
   b->placed_pool = &p;
   b->placed_slot = slot;
+  b->kept = p.kept_bytes(slot);  // Note [Moving part of a buffer]
   if (!publish(b, p.address(slot), p.span(slot), bytes, origin, stream)) {
     p.release(slot, b, {});
     recycle(b);
@@ -942,7 +944,8 @@ RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fa
     return RestoreResult::kNoRoom;
   pool::PlacedPool::Result r = p.restore(b->placed_slot, b, &waits);
   sync_budgets();
-  if (r == pool::PlacedPool::Result::kBusy && !physical_fits(b->span)) {
+  const uint64_t moving_span = b->span - b->kept;  // what an extent of its own would map
+  if (r == pool::PlacedPool::Result::kBusy && !physical_fits(moving_span)) {
     // Its pool bytes hold buffers placed in its absence that are still alive (the program strayed
     // from the recorded iteration): they leave for the host (the host waits for their copies,
     // counted), and it comes back onto its own bytes.
@@ -962,7 +965,7 @@ RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fa
     r = p.restore(b->placed_slot, b, &waits);
   }
   if (r == pool::PlacedPool::Result::kBusy) {
-    if (!make_physical_room(b->span)) return RestoreResult::kNoRoom;
+    if (!make_physical_room(moving_span)) return RestoreResult::kNoRoom;
     const bool mapped = p.restore_detached(b->placed_slot);
     sync_budgets();
     if (!mapped) return RestoreResult::kNoRoom;

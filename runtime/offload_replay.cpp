@@ -33,12 +33,14 @@ constexpr double kUntimedCallMs = 0.005;
 // whether a script was installed.
 std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::MemoryManager& manager,
                                               const std::string& name, OffloadPolicy policy, uint32_t room,
-                                              bool placement) {
+                                              bool placement, bool partial_moves) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lifetimes lt = lifetimes(trace);
   OffloadOptions options;
   options.granule = manager.granularity();
   options.replayable_only = true;
+  // Note [Moving part of a buffer]: only a static placement follows a plan that moves part of a buffer.
+  options.partial_moves = placement && partial_moves && policy == OffloadPolicy::kVcudnn;
   const LinkModel link =
       trace.link ? LinkModel{trace.link->device_to_host, trace.link->host_to_device, trace.link->both} : kAssumedLink;
   // The plan leaves 1/room of the budget for what its model does not see: buffers below a granule
@@ -65,6 +67,7 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
       placed_what = "; no static placement (" + p.error().message + ")";
     }
   }
+  options.partial_moves = options.partial_moves && placed.has_value();
   if (!placed) plan = plan_offload(trace, lt, target, policy, options, link, kUntimedCallMs);
   if (!plan) {
     target = budget;
@@ -96,12 +99,22 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   if (script->anchor == 0)
     return {"the recorded iteration has no unique start among its allocations; eviction stays on demand", false};
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // Note [Moving part of a buffer]: the buffers that leave in part, and what of them stays.
+  std::vector<size_t> in_part;
+  uint64_t kept = 0;
+  for (const OffloadMove& mv : plan->moves) {
+    if (!mv.offset || std::find(in_part.begin(), in_part.end(), mv.life) != in_part.end()) continue;
+    in_part.push_back(mv.life);
+    kept += mv.offset;
+  }
+  const std::string parts =
+      in_part.empty() ? "" : fmt::format(" ({} of them in part: {} of theirs stay)", in_part.size(), mib(kept));
   std::string what = fmt::format(
-      "{} plan from the recorded iteration ({} calls, {} memory events): {} buffers out and back, {} each way per "
+      "{} plan from the recorded iteration ({} calls, {} memory events): {} buffers out and back{}, {} each way per "
       "iteration; predicted peak {} for {}{}{}; least budget of any plan {}; made in {:.1f} ms; replayed from the "
       "next iteration",
-      name, trace.calls.size(), script->events, script->targets.size(), mib(script->bytes_moved), mib(plan->peak_bytes),
-      mib(target),
+      name, trace.calls.size(), script->events, script->targets.size(), parts, mib(script->bytes_moved),
+      mib(plan->peak_bytes), mib(target),
       partial
           ? fmt::format(" (above the budget of {}: calls that need more are served by on-demand eviction)", mib(budget))
           : fmt::format(" (the budget {} less 1/{} of it as room)", mib(budget), room),
@@ -143,7 +156,7 @@ std::string collectives_hazard() {
 }
 
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name,
-                                      uint32_t room, bool placement) {
+                                      uint32_t room, bool placement, bool partial) {
   if (!manager.budget()) return "";
   if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
   const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
@@ -158,6 +171,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
     uint32_t room = kFirstRoom;
     bool said_last = false;
     bool placement = true;
+    bool partial = true;
     std::mutex mu;  // two threads may each find a re-plan due
   };
   auto state = std::make_shared<Replan>();
@@ -166,6 +180,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   state->policy = *policy;
   state->room = room;
   state->placement = placement;
+  state->partial = partial;
   manager.set_replanner([state, &manager](uint64_t helped) {
     std::lock_guard<std::mutex> lock(state->mu);
     if (state->room <= kMostRoom) {
@@ -177,12 +192,12 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
       return;
     }
     state->room /= 2;
-    const auto [what, installed] =
-        plan_and_install(state->trace, manager, state->name, state->policy, state->room, state->placement);
+    const auto [what, installed] = plan_and_install(state->trace, manager, state->name, state->policy, state->room,
+                                                    state->placement, state->partial);
     VCUDNN_LOG_INFO("offload: the plan needed {} on-demand evictions or fault-ins in an iteration; planned again: {}",
                     helped, what);
   });
-  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room, placement);
+  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room, placement, partial);
   if (!installed) manager.set_replanner(nullptr);
   return what;
 }

@@ -51,8 +51,9 @@ std::string collectives_hazard_in(const std::vector<std::string>& thread_names, 
 // What was decided, for the log and the tests ("" when nothing was to be done). `room`: the plan
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.
 // `placement`: the vcudnn policy's plan comes with a static placement of the iteration's buffers
-// (Note [A static placement]) when one fits the budget.
+// (Note [A static placement]) when one fits the budget; `partial`: that plan may move part of a
+// buffer (Note [Moving part of a buffer]).
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& policy,
-                                      uint32_t room = kFirstRoom, bool placement = true);
+                                      uint32_t room = kFirstRoom, bool placement = true, bool partial = true);
 
 }  // namespace vcudnn

@@ -227,6 +227,7 @@ struct PlanRequest {
   std::string path, budget, policy = "all", json, plot, timeline;
   bool replay = false;
   bool placement = false;
+  bool whole_moves = false;
   double d2h_gbps = 0, h2d_gbps = 0, both_gbps = 0;  // 0: the trace's, else kAssumedLink
   double call_ms = 0;                                // a call the trace did not time
 };
@@ -320,6 +321,7 @@ int run_plan(PlanRequest q) {
     for (const OffloadMove& mv : p.moves)
       moves.push_back({{"buffer", t.buffers[l.buffers[mv.life].buffer].id},
                        {"bytes", mv.bytes},
+                       {"offset", mv.offset},
                        {"out_after", m.seqs[mv.out_after]},
                        {"prefetch_at", m.seqs[mv.prefetch_at]},
                        {"next_use", m.seqs[mv.next_use]}});
@@ -371,6 +373,7 @@ int run_plan(PlanRequest q) {
   if (q.placement) {  // Note [A static placement]: what a layout planned once would hold and cost
     OffloadOptions o;
     o.replayable_only = true;
+    o.partial_moves = !q.whole_moves;  // Note [Moving part of a buffer]
     auto placed = plan_placed(t, l, *budget, o, link, q.call_ms);
     if (!placed) {
       fmt::print("static placement: {}\n", placed.error().message);
@@ -386,18 +389,24 @@ int run_plan(PlanRequest q) {
         }
       }
       fmt::print(
-          "static placement: the vcudnn plan for {} ({:.1f}% of the budget): {} moves, {} each way, step {:.3f} ms "
+          "static placement: the vcudnn plan for {} ({:.1f}% of the budget): {} moves ({} in part), {} each way, step "
+          "{:.3f} ms "
           "({:.3f} waiting for copies out; moved buffers' bytes {}); "
           "a pool of {} for {} buffers (the most of them on the device at once {}), {} outside it at most; {} for the "
           "budget {}: fits; per iteration {} driver calls ({} blocks), {} mappings made once\n",
           mib_text(placed->plan_budget),
           100.0 * static_cast<double>(placed->plan_budget) / static_cast<double>(*budget), placed->plan.moves.size(),
+          std::count_if(placed->plan.moves.begin(), placed->plan.moves.end(),
+                        [](const OffloadMove& mv) { return mv.offset != 0; }),
           mib_text(placed->plan.bytes_moved), time.step_ms, time.room_ms,
           placed->held ? "held until copied out" : "handed over as they leave", mib_text(p.pool_bytes),
           p.buffers.size(), mib_text(p.resident_peak), mib_text(p.other_peak), mib_text(p.total()), mib_text(*budget),
           p.remap_calls, p.blocks, p.first_mappings);
+      size_t in_part = 0;
+      for (const OffloadMove& mv : placed->plan.moves) in_part += mv.offset ? 1 : 0;
       out["placement"] = {{"plan_budget", placed->plan_budget},
                           {"moves", placed->plan.moves.size()},
+                          {"moves_in_part", in_part},
                           {"bytes_moved", placed->plan.bytes_moved},
                           {"step_ms", time.step_ms},
                           {"waits_for_copies_out_ms", time.room_ms},
@@ -518,6 +527,9 @@ int main(int argc, char** argv) {
   plan->add_flag("--placement", plan_request.placement,
                  "also lay the iteration's buffers out once for the budget (Note [A static placement]): the plan it "
                  "needs, the pool, and the driver calls per iteration");
+  plan->add_flag("--whole-moves", plan_request.whole_moves,
+                 "with --placement: move whole buffers only, as VCUDNN_OFFLOAD_PLACEMENT=static-whole does (by "
+                 "default a buffer may move in part: Note [Moving part of a buffer])");
   plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");

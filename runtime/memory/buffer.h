@@ -51,6 +51,11 @@ struct Buffer {
   pool::PlacedPool* placed_pool = nullptr;
   uint32_t placed_slot = 0;
   bool handed_over = false;
+  // Its first `kept` bytes stay on the device when it leaves (a placed buffer the plan moves in part:
+  // Note [Moving part of a buffer]); what moves is [address + kept, address + bytes).
+  uint64_t kept = 0;
+  uint64_t moving_address() const { return address + kept; }
+  uint64_t moving_bytes() const { return bytes - kept; }
 };
 
 }  // namespace vcudnn::memory

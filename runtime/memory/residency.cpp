@@ -20,8 +20,8 @@ bool Residency::take_host_blocks(Buffer* b) {
   // A slab bounds one block, so a large buffer takes several.
   const uint64_t piece = host_.stats().slab_bytes;
   bool ok = piece != 0;
-  for (uint64_t off = 0; ok && off < b->bytes; off += piece) {
-    const auto block = host_.acquire(std::min(piece, b->bytes - off));
+  for (uint64_t off = 0; ok && off < b->moving_bytes(); off += piece) {
+    const auto block = host_.acquire(std::min(piece, b->moving_bytes() - off));
     if (block) b->host.push_back(*block);
     ok = block.has_value();
   }
@@ -59,8 +59,8 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
   for (Buffer* b : started) {
     uint64_t off = 0;
     for (const pool::HostBlock& h : b->host) {
-      const uint64_t n = std::min(h.bytes, b->bytes - off);
-      ok = ok && device_.copy_to_host(h.ptr, b->address + off, n);
+      const uint64_t n = std::min(h.bytes, b->moving_bytes() - off);
+      ok = ok && device_.copy_to_host(h.ptr, b->moving_address() + off, n);
       off += n;
     }
   }
@@ -124,7 +124,7 @@ bool Residency::finish_eviction(Buffer* b) {
   }
   b->state.store(BufferState::kEvicted);
   ++stats_.evictions;
-  stats_.bytes_evicted += b->bytes;
+  stats_.bytes_evicted += b->moving_bytes();
   return true;
 }
 
@@ -138,7 +138,7 @@ bool Residency::resume_back(Buffer* b, std::optional<Stream> consumer, pool::Tag
   if (b->state.load() != BufferState::kEvicting) return false;
   waits.add(b->copied_out);  // the copy back reads the host blocks the copy out fills
   ++stats_.evictions;
-  stats_.bytes_evicted += b->bytes;
+  stats_.bytes_evicted += b->moving_bytes();
   b->state.store(BufferState::kEvicted);
   return copy_back(b, consumer, waits);
 }
@@ -186,7 +186,7 @@ bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool:
   Timing timing;
   const bool timed = time_back_ && timings_.size() < 256;
   if (timed) {
-    timing = {timed_event(), timed_event(), timed_event(), b->bytes};
+    timing = {timed_event(), timed_event(), timed_event(), b->moving_bytes()};
     if (timing.pre && !device_.record(timing.pre, in)) timing.pre = nullptr;
   }
   for (const pool::FreeTag& t : waits.tags()) {
@@ -196,8 +196,8 @@ bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool:
   bool ok = true;
   uint64_t off = 0;
   for (const pool::HostBlock& h : b->host) {
-    const uint64_t n = std::min(h.bytes, b->bytes - off);
-    ok = ok && device_.copy_to_device(b->address + off, h.ptr, n);
+    const uint64_t n = std::min(h.bytes, b->moving_bytes() - off);
+    ok = ok && device_.copy_to_device(b->moving_address() + off, h.ptr, n);
     off += n;
   }
   if (!ok) {
@@ -226,7 +226,7 @@ bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool:
   b->restoring.store(true);
   b->state.store(BufferState::kResident);
   ++stats_.restores;
-  stats_.bytes_restored += b->bytes;
+  stats_.bytes_restored += b->moving_bytes();
   return true;
 }
 

@@ -1,5 +1,7 @@
 // Residency: the mechanism that moves a large buffer's bytes to pinned host memory and back, at the
-// same address, ordered by events alone (no host synchronisation):
+// same address, ordered by events alone (no host synchronisation). What moves is the buffer's
+// moving part (Buffer::moving_address/bytes: all of it, unless the plan keeps its first granules:
+// Note [Moving part of a buffer]):
 //  - evict: the out stream waits for fences on every stream that used the buffer, copies it
 //    out, and the buffer is kEvicting: still mapped and valid. Once that copy has finished (polled
 //    by finish_eviction), its granules are unmapped: kEvicted. An access meanwhile cancels the

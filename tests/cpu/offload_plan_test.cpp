@@ -87,6 +87,51 @@ TEST_CASE("offload plan: vcudnn moves the fewest bytes that bring every call und
   }
 }
 
+// Note [Moving part of a buffer]
+TEST_CASE("offload plan: with partial moves vcudnn keeps on the device what of a buffer the budget allows",
+          "[offload_plan]") {
+  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  const Lifetimes l = lifetimes(c.b.t);
+  OffloadOptions partial;
+  partial.partial_moves = true;
+  const SpanModel m = span_model(c.b.t, l, partial);
+  const std::vector<uint64_t> none = simulate(m, {});
+  const uint64_t peak = *std::max_element(none.begin(), none.end());
+  // 3 MiB over: whole, the 8 MiB buffer moves; in part, 2 granules of it (4 MiB), the first 4 MiB stay.
+  const OffloadPlan whole = plan_ok(c.b.t, peak - 3 * kMiB, OffloadPolicy::kVcudnn);
+  REQUIRE(whole.moves.size() == 1);
+  CHECK(whole.moves[0].bytes == 8 * kMiB);
+  CHECK(whole.moves[0].offset == 0);
+  auto r = plan_offload(c.b.t, l, peak - 3 * kMiB, OffloadPolicy::kVcudnn, partial);
+  REQUIRE(r.ok());
+  CHECK(check_plan(m, r.value()) == "");
+  REQUIRE(r->moves.size() == 1);
+  CHECK(r->moves[0].life == whole.moves[0].life);
+  CHECK(r->moves[0].bytes == 4 * kMiB);
+  CHECK(r->moves[0].offset == 4 * kMiB);
+  CHECK(r->fits);
+  CHECK(r->peak_bytes == peak - 4 * kMiB);
+  // The check refuses a part that is not the buffer's end, or a part of a buffer that may not move in part.
+  OffloadPlan bad = r.value();
+  bad.moves[0].bytes -= 2 * kMiB;
+  finish_plan(m, bad);
+  CHECK(check_plan(m, bad) != "");
+  const SpanModel plain = span_model(c.b.t, l);
+  CHECK(check_plan(plain, r.value()) != "");
+  // Random budgets: every plan in part fits, keeps its invariants and moves no more than whole buffers.
+  const uint64_t least = offload_bound(m).least_bytes;
+  for (int k = 0; k <= 8; ++k) {
+    const uint64_t budget = least + (peak - least) * static_cast<uint64_t>(k) / 8;
+    auto p = plan_offload(c.b.t, l, budget, OffloadPolicy::kVcudnn, partial);
+    REQUIRE(p.ok());
+    INFO("budget " << budget);
+    CHECK(check_plan(m, p.value()) == "");
+    CHECK(p->fits);
+    CHECK(p->bytes_moved <= plan_ok(c.b.t, budget, OffloadPolicy::kVcudnn).bytes_moved);
+    for (const OffloadMove& mv : p->moves) CHECK(mv.offset % (2 * kMiB) == 0);
+  }
+}
+
 TEST_CASE("offload plan: vDNN's policies follow the paper's rules", "[offload_plan]") {
   const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
   const Lifetimes l = lifetimes(c.b.t);

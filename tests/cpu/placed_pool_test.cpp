@@ -171,3 +171,72 @@ TEST_CASE("placed pool: a steady loop of the same slots maps nothing after the f
   CHECK(p.stats().blocks_created == 2);
   CHECK(p.stats().unmappings == 0);
 }
+
+// Note [Moving part of a buffer]: a slot that keeps its first granules leaves with its moving part
+// only: the kept part stays mapped and its own, its moving part's granules serve another slot in its
+// absence, and it comes back onto them (or onto an extent of that part's size) with every byte.
+TEST_CASE("placed pool: a slot that keeps part of itself leaves and comes back with its moving part only",
+          "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  // Pool of 6 granules, blocks [0,2) [2,4) [4,6); slot 0 at 0..4 keeping 2, slot 1 at 2..4, slot 2 at 0..2.
+  PlacedPool p(dev, kG, {0, 2, 4, 6}, {{0, 4, 2}, {2, 2}, {0, 2}});
+  REQUIRE(p.ok());
+  CHECK(p.kept_bytes(0) == 2 * kG);
+  CHECK(p.kept_bytes(1) == 0);
+  int a = 0, b = 0, c = 0;
+  pool::TagSet waits;
+  std::vector<const void*> over;
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  dev.write(kS, p.address(0), 2 * kG, 3);           // the kept part
+  dev.write(kS, p.address(0) + 2 * kG, 2 * kG, 4);  // the moving part
+  dev.run_all();
+  // Out: only the moving part's range is unmapped, only its granules are free.
+  pool::TagSet out;
+  out.add({4, 1});
+  const uint64_t unmappings = p.stats().unmappings;
+  REQUIRE(p.evict(0, &a, out));
+  CHECK(p.stats().unmappings == unmappings + 1);
+  CHECK_FALSE(p.is_mapped(0));
+  dev.check(kS, p.address(0), 2 * kG, 3);  // still mapped, still its bytes
+  CHECK(p.holders(0, &a).empty());
+  // The kept part's granules are still `a`'s: slot 2 cannot take them; slot 1 takes the moving part's.
+  CHECK(p.take(2, &c, &waits, never, &over) == PlacedPool::Result::kBusy);
+  waits.clear();
+  REQUIRE(p.take(1, &b, &waits, never, &over) == PlacedPool::Result::kOk);
+  REQUIRE(waits.tags().size() == 1);  // after the copy out
+  dev.write(kS, p.address(1), 2 * kG, 9);
+  CHECK(p.restore(0, &a, &waits) == PlacedPool::Result::kBusy);
+  CHECK(p.holders(0, &a) == std::vector<const void*>{&b});
+  // Back onto an extent of the moving part's size while `b` holds its bytes.
+  REQUIRE(p.restore_detached(0));
+  CHECK(p.held_bytes() == 6 * kG);  // blocks [0,2) and [2,4), and the extent
+  CHECK(p.is_mapped(0));
+  dev.write(kS, p.address(0) + 2 * kG, 2 * kG, 5);
+  dev.check(kS, p.address(0), 2 * kG, 3);
+  dev.check(kS, p.address(1), 2 * kG, 9);
+  // Out again, then back onto its own pool bytes once `b` freed them.
+  dev.run_all();
+  REQUIRE(p.evict(0, &a, out));
+  CHECK(p.held_bytes() == 4 * kG);
+  pool::TagSet freed;
+  freed.add({1, 7});
+  p.release(1, &b, freed);
+  waits.clear();
+  REQUIRE(p.restore(0, &a, &waits) == PlacedPool::Result::kOk);
+  CHECK_FALSE(waits.empty());
+  dev.check(kS, p.address(0), 2 * kG, 3);
+  // Freed: every granule, the kept ones too, serves others.
+  p.release(0, &a, freed);
+  REQUIRE(p.take(2, &c, &waits, never, &over) == PlacedPool::Result::kOk);
+  dev.run_all();
+  INFO(dev.first_errors());
+  CHECK(dev.errors.empty());
+}
+
+TEST_CASE("placed pool: a kept part without a block boundary where the moving part begins moves whole",
+          "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  PlacedPool p(dev, kG, {0, 4}, {{0, 4, 2}});
+  REQUIRE(p.ok());
+  CHECK(p.kept_bytes(0) == 0);
+}

@@ -186,6 +186,7 @@ TEST_CASE("placement: the check finds two buffers on the device together sharing
 
 TEST_CASE("placement: invariants on random iterations and budgets", "[placement]") {
   std::mt19937 rng(11);
+  size_t kept_parts = 0;  // moves that keep part of their buffer, laid out
   for (int round = 0; round < 40; ++round) {
     std::vector<uint64_t> maps;
     const int n = 3 + static_cast<int>(rng() % 12);
@@ -206,17 +207,29 @@ TEST_CASE("placement: invariants on random iterations and budgets", "[placement]
       CHECK(p.pool_bytes >= p.resident_peak);
       CHECK(p.other_peak <= peak);
       CHECK(p.total() >= plan->peak_bytes);  // no layout holds less than the plan's peak
-      OffloadOptions options;
-      auto placed_plan = plan_placed(c.b.t, l, budget, options);
-      if (placed_plan) {
-        CHECK(placed_plan->placement.total() <= budget);
-        CHECK(placed_plan->plan_budget <= budget);
-        CHECK(check_placement(m, placed_plan->plan.moves, placed_plan->placement).empty());
-      } else {
-        CHECK_THAT(placed_plan.error().message, Catch::Contains("no static placement fits"));
+      for (const bool partial : {false, true}) {
+        OffloadOptions options;
+        options.partial_moves = partial;
+        const SpanModel pm = span_model(c.b.t, l, options);
+        // Note [Moving part of a buffer]: a plan that keeps part of its buffers lays out too.
+        auto in_part = plan_offload(c.b.t, l, budget, OffloadPolicy::kVcudnn, options);
+        REQUIRE(in_part.ok());
+        for (const OffloadMove& mv : in_part->moves) kept_parts += mv.offset ? 1 : 0;
+        CHECK(check_placement(pm, in_part->moves, place_buffers(c.b.t, l, pm, in_part->moves, kGranule)).empty());
+        auto placed_plan = plan_placed(c.b.t, l, budget, options);
+        INFO("partial " << partial);
+        if (placed_plan) {
+          CHECK(placed_plan->placement.total() <= budget);
+          CHECK(placed_plan->plan_budget <= budget);
+          CHECK(check_placement(pm, placed_plan->plan.moves, placed_plan->placement).empty());
+          CHECK(check_plan(pm, placed_plan->plan).empty());
+        } else {
+          CHECK_THAT(placed_plan.error().message, Catch::Contains("no static placement fits"));
+        }
       }
     }
   }
+  CHECK(kept_parts > 0);
 }
 
 // Note [A static placement]: on the recorded ResNet-50 iteration (batch 64, H100) every budget from

@@ -39,6 +39,7 @@ struct SimResult {
   std::string summary;
   std::optional<memory::ReplayStats> replay;
   uint64_t replans = 0;  // scripts installed after the first (offload_replay.h)
+  uint64_t bytes_out = 0;  // copied out over the run, in the trace's bytes
 };
 
 inline Trace scaled_trace(Trace t, uint64_t scale) {
@@ -66,10 +67,11 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 // Every access checks the stamps its buffer's last writer left (the first bytes of each of its
 // granules) and leaves new ones, so that a buffer whose bytes another one overwrote, or that came back
 // from the host wrong, is a device error. `placement`: the plan's static placement (Note [A static
-// placement]) is followed. `device_lag`: see below.
+// placement]) is followed; `partial`: its plan may move part of a buffer (Note [Moving part of a
+// buffer]). `device_lag`: see below.
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
                                 uint64_t scale = 64, uint32_t room = kFirstRoom, bool placement = true,
-                                size_t device_lag = 0) {
+                                size_t device_lag = 0, bool partial = true) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
   const Trace trace = scaled_trace(original, scale);
@@ -174,7 +176,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
       }
     }
     dev.run_all();
-    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement);
+    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement, partial);
     const SimIteration after = snapshot();
     SimIteration d;
     d.creates = after.creates - before.creates, d.maps = after.maps - before.maps;
@@ -192,6 +194,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   out.summary = m.summary();
   out.replay = m.replay_stats();
   out.replans = m.stats().replans;
+  out.bytes_out = m.stats().bytes_evicted * scale;
   return out;
 }
 
