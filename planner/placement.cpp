@@ -105,44 +105,37 @@ std::vector<PlacedBuffer> placeable(const Trace& trace, const Lifetimes& lifetim
   return out;
 }
 
-// A placed buffer's parts: its kept part and its moving part (Note [Moving part of a buffer]), or
-// the whole buffer; each at `at` bytes into it, on the device over `when`.
-struct Part {
-  uint64_t at = 0, bytes = 0;
-  const Intervals* when = nullptr;
-};
-size_t parts_of(const PlacedBuffer& p, Part (&out)[2]) {
-  if (!p.kept) {
-    out[0] = {0, p.bytes, &p.resident};
-    return 1;
-  }
-  out[0] = {0, p.kept, &p.kept_resident};
-  out[1] = {p.kept, p.bytes - p.kept, &p.resident};
-  return 2;
+// A placed buffer's segments (its `segments`, or all of it at `offset`, split where its kept part ends).
+std::vector<PlacedSegment> segments_of(const PlacedBuffer& p) {
+  if (!p.segments.empty()) return p.segments;
+  if (!p.kept) return {{0, p.offset, p.bytes}};
+  return {{0, p.offset, p.kept}, {p.kept, p.offset + p.kept, p.bytes - p.kept}};
 }
 
-// Whether two placed buffers at their offsets share a pool byte while both are on the device.
-bool collide(const PlacedBuffer& x, const PlacedBuffer& y) {
-  Part a[2], b[2];
-  const size_t na = parts_of(x, a), nb = parts_of(y, b);
-  for (size_t i = 0; i < na; ++i) {
-    for (size_t j = 0; j < nb; ++j) {
-      const uint64_t xa = x.offset + a[i].at, ya = y.offset + b[j].at;
-      if (xa < ya + b[j].bytes && ya < xa + a[i].bytes && overlap(*a[i].when, *b[j].when)) return true;
-    }
+// A piece of the pool a placed buffer holds, and when (its kept part's residency, or its moving
+// part's: Note [Moving part of a buffer]).
+struct Part {
+  uint64_t lo = 0, hi = 0;  // pool bytes
+  const Intervals* when = nullptr;
+  bool moving = false;
+};
+std::vector<Part> parts_of(const PlacedBuffer& p) {
+  std::vector<Part> out;
+  for (const PlacedSegment& s : segments_of(p)) {
+    const bool kept = s.at < p.kept;
+    out.push_back({s.offset, s.offset + s.bytes, kept ? &p.kept_resident : &p.resident, p.moved && !kept});
   }
-  return false;
+  return out;
 }
 
 // Placed bytes on the device at each position.
 std::vector<uint64_t> placed_curve(size_t n, const std::vector<PlacedBuffer>& placed) {
   std::vector<int64_t> diff(n + 1, 0);
   for (const PlacedBuffer& p : placed) {
-    Part parts[2];
-    for (size_t k = 0, np = parts_of(p, parts); k < np; ++k) {
-      for (const auto& [first, last] : *parts[k].when) {
-        diff[first] += static_cast<int64_t>(parts[k].bytes);
-        diff[std::min(last, n - 1) + 1] -= static_cast<int64_t>(parts[k].bytes);
+    for (const Part& part : parts_of(p)) {
+      for (const auto& [first, last] : *part.when) {
+        diff[first] += static_cast<int64_t>(part.hi - part.lo);
+        diff[std::min(last, n - 1) + 1] -= static_cast<int64_t>(part.hi - part.lo);
       }
     }
   }
@@ -159,7 +152,8 @@ std::vector<uint64_t> placed_curve(size_t n, const std::vector<PlacedBuffer>& pl
 void summarise(const SpanModel& model, const std::vector<OffloadMove>& moves, Placement& out) {
   const size_t n = model.seqs.size();
   out.pool_bytes = 0;
-  for (const PlacedBuffer& p : out.buffers) out.pool_bytes = std::max(out.pool_bytes, p.offset + p.bytes);
+  for (const PlacedBuffer& p : out.buffers)
+    for (const Part& part : parts_of(p)) out.pool_bytes = std::max(out.pool_bytes, part.hi);
   const std::vector<uint64_t> placed = placed_curve(n, out.buffers);
   const std::vector<uint64_t> all = simulate(model, moves);
   out.resident_peak = placed.empty() ? 0 : *std::max_element(placed.begin(), placed.end());
@@ -167,11 +161,15 @@ void summarise(const SpanModel& model, const std::vector<OffloadMove>& moves, Pl
   for (size_t k = 0; k < n; ++k) out.other_peak = std::max(out.other_peak, all[k] > placed[k] ? all[k] - placed[k] : 0);
   // Blocks: the pool cut at both ends of every moved placed buffer.
   std::set<uint64_t> cuts{0, out.pool_bytes};
+  // Blocks: the pool cut at both ends of each piece of a buffer in pieces or moved (Note [Buffers in
+  // pieces]), so that its range shows its pieces one after another and a move maps whole blocks.
   for (const PlacedBuffer& p : out.buffers) {
-    if (!p.moved) continue;
-    cuts.insert(p.offset);
-    cuts.insert(p.offset + p.kept);
-    cuts.insert(p.offset + p.bytes);
+    const std::vector<Part> parts = parts_of(p);
+    if (!p.moved && parts.size() < 2) continue;
+    for (const Part& part : parts) {
+      cuts.insert(part.lo);
+      cuts.insert(part.hi);
+    }
   }
   out.blocks = out.pool_bytes ? cuts.size() - 1 : 0;
   out.cuts.assign(cuts.begin(), cuts.end());
@@ -181,20 +179,24 @@ void summarise(const SpanModel& model, const std::vector<OffloadMove>& moves, Pl
     const auto hi = cuts.lower_bound(end);
     return static_cast<uint64_t>(std::distance(lo, hi)) + 1;
   };
-  const auto pieces = [&](const PlacedBuffer& p) { return blocks_in(p.offset, p.offset + p.bytes); };
-  const auto moving_pieces = [&](const PlacedBuffer& p) { return blocks_in(p.offset + p.kept, p.offset + p.bytes); };
+  const auto pieces = [&](const PlacedBuffer& p, bool moving_only) {
+    uint64_t n = 0;
+    for (const Part& part : parts_of(p))
+      if (!moving_only || part.moving) n += blocks_in(part.lo, part.hi);
+    return n;
+  };
   std::vector<const PlacedBuffer*> by_life(model.lives.size(), nullptr);
   out.first_mappings = 0;
   for (const PlacedBuffer& p : out.buffers) {
     by_life[p.life] = &p;
-    out.first_mappings += pieces(p);
+    out.first_mappings += pieces(p, false);
   }
   out.remap_calls = 0;
   for (const OffloadMove& mv : moves) {
     const PlacedBuffer* p = mv.life < by_life.size() ? by_life[mv.life] : nullptr;
     // Placed: unmap its pieces when it leaves, map them and set their access when it comes back.
     // Not placed: the arena's extent, created, mapped and made accessible, then unmapped and released.
-    out.remap_calls += p ? 3 * moving_pieces(*p) : 5;
+    out.remap_calls += p ? 3 * pieces(*p, true) : 5;
   }
 }
 
@@ -202,76 +204,69 @@ void summarise(const SpanModel& model, const std::vector<OffloadMove>& moves, Pl
 
 namespace {
 
-// Offsets for `todo` placed one by one in `order`, each at the best-fitting gap among the offsets
-// of the placed buffers it shares a moment with (the smallest gap that fits), else on top. Returns
-// the pool's size.
-// A buffer that moves in part (two parts, each with its own residency) goes at the lowest offset
-// where neither part meets a placed buffer's part on the device at the same time.
-uint64_t lowest_fit(const std::vector<PlacedBuffer>& todo, const std::vector<size_t>& done, const PlacedBuffer& p) {
-  // At offset x, part r of p meets part q of buffer j unless x <= j's start - r's end or x >= j's end - r's start.
-  std::vector<std::pair<int64_t, int64_t>> forbidden;  // x strictly between
-  Part mine[2], theirs[2];
-  const size_t nm = parts_of(p, mine);
-  for (size_t j : done) {
-    const size_t nt = parts_of(todo[j], theirs);
-    for (size_t r = 0; r < nm; ++r) {
-      for (size_t q = 0; q < nt; ++q) {
-        if (!overlap(*mine[r].when, *theirs[q].when)) continue;
-        const auto start = static_cast<int64_t>(todo[j].offset + theirs[q].at);
-        forbidden.push_back({start - static_cast<int64_t>(mine[r].at + mine[r].bytes),
-                             start + static_cast<int64_t>(theirs[q].bytes) - static_cast<int64_t>(mine[r].at)});
-      }
-    }
-  }
-  std::vector<int64_t> candidates{0};
-  for (const auto& [lo, hi] : forbidden)
-    if (hi > 0) candidates.push_back(hi);
-  std::sort(candidates.begin(), candidates.end());
-  for (int64_t x : candidates) {
-    bool fits = true;
-    for (const auto& [lo, hi] : forbidden) {
-      if (x > lo && x < hi) {
-        fits = false;
-        break;
-      }
-    }
-    if (fits) return static_cast<uint64_t>(x);
-  }
-  return 0;  // unreachable: the largest candidate clears every part
-}
-
-uint64_t lay_out(std::vector<PlacedBuffer>& todo, const std::vector<size_t>& order) {
-  std::vector<size_t> done;
-  std::vector<std::pair<uint64_t, uint64_t>> busy;
+// Pool offsets for `todo` placed one by one in `order` (each buffer's kept part, then its moving
+// part, or the whole of it), each part at the best-fitting gap among the pieces of the placed parts
+// it shares a moment with (the smallest gap that fits), else on top of them; with `pieces`, a part
+// that fits no gap fills the largest gaps first, in up to kMaxSegments pieces, the rest on top (Note
+// [Buffers in pieces]). Returns the pool's size.
+uint64_t lay_out(std::vector<PlacedBuffer>& todo, const std::vector<size_t>& order, uint64_t granule, bool pieces) {
+  std::vector<Part> placed;
+  std::vector<std::pair<uint64_t, uint64_t>> busy, gaps;
   uint64_t pool = 0;
+  // Places `bytes` of a part on the device over `when`; appends its segments from `at` on.
+  const auto place = [&](PlacedBuffer& p, uint64_t at, uint64_t bytes, const Intervals& when, bool moving) {
+    busy.clear();
+    for (const Part& q : placed)
+      if (overlap(when, *q.when)) busy.push_back({q.lo, q.hi});
+    std::sort(busy.begin(), busy.end());
+    gaps.clear();
+    uint64_t top = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo > top) gaps.push_back({top, lo});
+      top = std::max(top, hi);
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> chosen;  // pool ranges, in the part's order
+    const auto best_fit = [&](uint64_t want) {
+      size_t best = gaps.size();
+      for (size_t i = 0; i < gaps.size(); ++i) {
+        const uint64_t size = gaps[i].second - gaps[i].first;
+        if (size >= want && (best == gaps.size() || size < gaps[best].second - gaps[best].first)) best = i;
+      }
+      return best;
+    };
+    uint64_t left = bytes;
+    if (const size_t i = best_fit(left); i < gaps.size()) {
+      chosen.push_back({gaps[i].first, gaps[i].first + left});
+      left = 0;
+    } else if (pieces && left > granule) {
+      std::vector<size_t> by_size(gaps.size());
+      std::iota(by_size.begin(), by_size.end(), size_t{0});
+      std::stable_sort(by_size.begin(), by_size.end(), [&](size_t a, size_t b) {
+        return gaps[a].second - gaps[a].first > gaps[b].second - gaps[b].first;
+      });
+      for (size_t i : by_size) {
+        if (left == 0 || chosen.size() + 1 >= kMaxSegments) break;
+        const uint64_t take = std::min(left, gaps[i].second - gaps[i].first);
+        chosen.push_back({gaps[i].first, gaps[i].first + take});
+        left -= take;
+      }
+    }
+    if (left) chosen.push_back({top, top + left});
+    for (const auto& [lo, hi] : chosen) {
+      p.segments.push_back({at, lo, hi - lo});
+      at += hi - lo;
+      placed.push_back({lo, hi, &when, moving});
+      pool = std::max(pool, hi);
+    }
+  };
   for (size_t k : order) {
     PlacedBuffer& p = todo[k];
-    if (p.kept) {
-      p.offset = lowest_fit(todo, done, p);
-      pool = std::max(pool, p.offset + p.bytes);
-      done.push_back(k);
-      continue;
-    }
-    busy.clear();
-    for (size_t j : done) {
-      Part parts[2];
-      for (size_t q = 0, nq = parts_of(todo[j], parts); q < nq; ++q) {
-        const uint64_t at = todo[j].offset + parts[q].at;
-        if (overlap(p.resident, *parts[q].when)) busy.push_back({at, at + parts[q].bytes});
-      }
-    }
-    std::sort(busy.begin(), busy.end());
-    uint64_t at = 0, best = UINT64_MAX, best_gap = UINT64_MAX;
-    for (const auto& [lo, hi] : busy) {
-      if (lo > at && lo - at >= p.bytes && lo - at < best_gap) {
-        best = at;
-        best_gap = lo - at;
-      }
-      at = std::max(at, hi);
-    }
-    p.offset = best != UINT64_MAX ? best : at;
-    pool = std::max(pool, p.offset + p.bytes);
-    done.push_back(k);
+    p.segments.clear();
+    if (p.kept) place(p, 0, p.kept, p.kept_resident, false);
+    place(p, p.kept, p.bytes - p.kept, p.resident, p.moved);
+    std::sort(p.segments.begin(), p.segments.end(),
+              [](const PlacedSegment& a, const PlacedSegment& b) { return a.at < b.at; });
+    p.offset = p.segments.front().offset;
   }
   return pool;
 }
@@ -317,14 +312,17 @@ Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const Sp
   std::vector<PlacedBuffer> best;
   uint64_t best_pool = UINT64_MAX;
   std::vector<size_t> order(todo.size());
-  // Lays the buffers out largest key first (ties in their own order); keeps the smallest pool.
+  // Lays the buffers out largest key first (ties in their own order), whole and in pieces (Note
+  // [Buffers in pieces]); keeps the smallest pool, whole buffers when the pools are equal.
   auto try_order = [&](const auto& key) {
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
-    const uint64_t pool = lay_out(todo, order);
-    if (pool < best_pool) {
-      best_pool = pool;
-      best = todo;
+    for (const bool pieces : {false, true}) {
+      const uint64_t pool = lay_out(todo, order, granule, pieces);
+      if (pool < best_pool) {
+        best_pool = pool;
+        best = todo;
+      }
     }
   };
   for (const std::vector<uint64_t>& key : keys) try_order(key);
@@ -359,6 +357,11 @@ std::string check_placement(const SpanModel& model, const std::vector<OffloadMov
     }
   }
   std::vector<bool> seen(model.lives.size(), false);
+  struct Held {
+    Part part;
+    size_t life = 0;
+  };
+  std::vector<Held> held;
   for (const PlacedBuffer& p : placement.buffers) {
     if (p.life >= model.lives.size()) return fmt::format("placed life {} is not in the span", p.life);
     if (seen[p.life]) return fmt::format("life {} placed twice", p.life);
@@ -367,7 +370,20 @@ std::string check_placement(const SpanModel& model, const std::vector<OffloadMov
     if (placement.granule == 0 || p.offset % placement.granule || p.bytes % placement.granule)
       return fmt::format("life {} at {} ({} bytes) is not granule-aligned", p.life, p.offset, p.bytes);
     if (p.bytes != life.bytes) return fmt::format("life {} placed with {} bytes, has {}", p.life, p.bytes, life.bytes);
-    if (p.offset + p.bytes > placement.pool_bytes) return fmt::format("life {} reaches beyond the pool", p.life);
+    // Its segments cover it in order, aligned, within the pool, none straddling its kept part's end.
+    const std::vector<PlacedSegment> segs = segments_of(p);
+    if (segs.front().offset != p.offset) return fmt::format("life {}: its offset is not its first segment's", p.life);
+    uint64_t at = 0;
+    for (const PlacedSegment& g : segs) {
+      if (g.at != at || g.bytes == 0 || g.offset % placement.granule || g.bytes % placement.granule)
+        return fmt::format("life {}: its segments do not cover it in order, aligned", p.life);
+      if (g.offset + g.bytes > placement.pool_bytes) return fmt::format("life {} reaches beyond the pool", p.life);
+      if (g.at < p.kept && g.at + g.bytes > p.kept)
+        return fmt::format("life {}: a segment straddles its kept part's end", p.life);
+      at += g.bytes;
+    }
+    if (at != p.bytes) return fmt::format("life {}: its segments cover {} of its {} bytes", p.life, at, p.bytes);
+    if (segs.size() > 2 * kMaxSegments) return fmt::format("life {} in {} pieces", p.life, segs.size());
     Intervals want;
     if (p.partner == PlacedBuffer::kNoPartner) {
       want = less(life.first, life.last, absent[p.life]);
@@ -392,14 +408,14 @@ std::string check_placement(const SpanModel& model, const std::vector<OffloadMov
       return fmt::format("life {}: its kept part is not on the device over its whole life", p.life);
     if (kept[p.life] != p.kept)
       return fmt::format("life {}: keeps {} bytes, its moves {}", p.life, p.kept, kept[p.life]);
+    for (const Part& part : parts_of(p)) held.push_back({part, p.life});
   }
-  for (size_t a = 0; a < placement.buffers.size(); ++a) {
-    const PlacedBuffer& x = placement.buffers[a];
-    for (size_t b = a + 1; b < placement.buffers.size(); ++b) {
-      const PlacedBuffer& y = placement.buffers[b];
-      if (y.offset >= x.offset + x.bytes) break;  // sorted by offset: none after overlaps x
-      if (collide(x, y))
-        return fmt::format("lives {} and {} share pool bytes while both are on the device", x.life, y.life);
+  // No two pieces share a pool byte while both are on the device (a buffer's own pieces included).
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) { return a.part.lo < b.part.lo; });
+  for (size_t a = 0; a < held.size(); ++a) {
+    for (size_t b = a + 1; b < held.size() && held[b].part.lo < held[a].part.hi; ++b) {
+      if (overlap(*held[a].part.when, *held[b].part.when))
+        return fmt::format("lives {} and {} share pool bytes while both are on the device", held[a].life, held[b].life);
     }
   }
   Placement again = placement;
@@ -461,14 +477,14 @@ std::vector<Handover> handovers(const std::vector<OffloadMove>& moves, const Pla
     const OffloadMove& mv = moves[i];
     const PlacedBuffer* x = mv.life < by_life.size() ? by_life[mv.life] : nullptr;
     if (!x || mv.first_absent() > mv.last_absent()) continue;
-    const uint64_t lo = x->offset + x->kept, hi = x->offset + x->bytes;  // the pool bytes it leaves
+    const std::vector<Part> leaves = parts_of(*x);  // the pool bytes of its moving part
     for (const PlacedBuffer& y : placement.buffers) {
       if (&y == x) continue;
-      Part parts[2];
-      for (size_t q = 0, nq = parts_of(y, parts); q < nq; ++q) {
-        const uint64_t at = y.offset + parts[q].at;
-        if (at >= hi || lo >= at + parts[q].bytes) continue;
-        for (const auto& [first, last] : *parts[q].when)
+      for (const Part& q : parts_of(y)) {
+        bool shares = false;
+        for (const Part& l : leaves) shares = shares || (l.moving && q.lo < l.hi && l.lo < q.hi);
+        if (!shares) continue;
+        for (const auto& [first, last] : *q.when)
           if (mv.first_absent() <= first && first <= mv.last_absent()) out.push_back({first, i});
       }
     }

@@ -150,7 +150,14 @@ Status place_script(ReplayScript& script, const Trace& trace, const Lifetimes& l
       return Error{
           fmt::format("placement: buffer {} is not allocated by the iteration", trace.buffers.at(life.buffer).id)};
     if (p.offset % g || p.bytes % g || p.kept % g) return Error{"placement: a buffer is not granule-aligned"};
-    out.slots[index->second] = {p.offset / g, p.bytes / g, p.kept / g};
+    ReplaySlot& slot = out.slots[index->second];
+    slot = {p.offset / g, p.bytes / g, p.kept / g, {}};
+    if (p.segments.size() > 1) {
+      for (const PlacedSegment& s : p.segments) {
+        if (s.offset % g || s.bytes % g) return Error{"placement: a buffer's piece is not granule-aligned"};
+        slot.segments.push_back({s.offset / g, s.bytes / g});
+      }
+    }
   }
   // A placed buffer's copy back may not move earlier than planned (late prefetches do, Replayer::late):
   // the buffers placed in its absence may still hold its pool bytes before then.

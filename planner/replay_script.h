@@ -67,10 +67,15 @@ struct ReplayUses {
 
 // A static placement to follow (Note [A static placement]), in granules: the pool's blocks and,
 // by allocation index, the pool granules each allocation of the iteration takes.
+struct ReplaySegment {
+  uint64_t offset = 0, granules = 0;
+};
 struct ReplaySlot {
   uint64_t offset = 0;
   uint64_t granules = 0;  // 0: not placed
   uint64_t kept = 0;      // its first granules that stay when it leaves (Note [Moving part of a buffer])
+  std::vector<ReplaySegment>
+      segments;  // where its granules lie, in its order (Note [Buffers in pieces]); empty: at offset
 };
 struct ReplayPlacement {
   uint64_t granule = 0;

@@ -13,19 +13,62 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
     const uint64_t pool = cuts.back();
     for (size_t i = 0; i + 1 < cuts.size(); ++i)
       if (cuts[i + 1] > cuts[i]) blocks_.push_back({cuts[i], cuts[i + 1] - cuts[i], 0});
-    // A slot's range shows the whole blocks its granules lie in (the driver maps whole allocations
-    // only); the buffer's address is its first granule's place in that window.
-    const auto window = [&](const Slot& s) {
-      auto first = std::upper_bound(blocks_.begin(), blocks_.end(), s.offset,
-                                    [](uint64_t g, const Block& b) { return g < b.first + b.count; });
-      auto last = std::upper_bound(blocks_.begin(), blocks_.end(), s.offset + s.granules - 1,
-                                   [](uint64_t g, const Block& b) { return g < b.first + b.count; });
-      return std::make_pair(first->first, last->first + last->count);
+    const auto is_cut = [&](uint64_t g) { return std::binary_search(cuts.begin(), cuts.end(), g); };
+    // The block a pool granule lies in.
+    const auto block_of = [&](uint64_t g) {
+      return std::upper_bound(blocks_.begin(), blocks_.end(), g,
+                              [](uint64_t x, const Block& b) { return x < b.first + b.count; });
     };
+    // A slot's segments as it is laid out: each joint a block boundary, its kept part's end one
+    // too (else it moves whole); not placed (no granules) when they are inconsistent.
+    const auto laid_out = [&](const Slot& in, uint64_t* kept) {
+      std::vector<Segment> segs = in.segments;
+      if (segs.empty() && in.granules) segs.push_back({in.offset, in.granules});
+      uint64_t total = 0;
+      for (size_t k = 0; k < segs.size(); ++k) {
+        if (segs[k].granules == 0 || segs[k].offset + segs[k].granules > pool) return std::vector<Segment>{};
+        if (k > 0 && (!is_cut(segs[k].offset) || !is_cut(segs[k - 1].offset + segs[k - 1].granules)))
+          return std::vector<Segment>{};
+        total += segs[k].granules;
+      }
+      if (total != in.granules) return std::vector<Segment>{};
+      *kept = 0;
+      if (in.kept == 0 || in.kept >= in.granules) return segs;
+      uint64_t at = 0;
+      for (size_t k = 0; k < segs.size(); at += segs[k].granules, ++k) {
+        if (at == in.kept) {
+          *kept = in.kept;  // a joint already
+          break;
+        }
+        if (in.kept < at + segs[k].granules) {
+          const uint64_t split = segs[k].offset + (in.kept - at);
+          if (!is_cut(split)) break;
+          segs.insert(segs.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                      {split, segs[k].offset + segs[k].granules - split});
+          segs[k].granules = split - segs[k].offset;
+          *kept = in.kept;
+          break;
+        }
+      }
+      return segs;
+    };
+    // Its range: the whole blocks its segments lie in, one segment after another (the driver maps
+    // whole allocations only); the buffer's address is its first granule's place in that range.
+    const auto window = [&](const std::vector<Segment>& segs) {
+      uint64_t n = 0;
+      for (const Segment& g : segs) {
+        const auto first = block_of(g.offset), last = block_of(g.offset + g.granules - 1);
+        n += last->first + last->count - first->first;
+      }
+      return n;
+    };
+    std::vector<std::vector<Segment>> layout(slots.size());
+    std::vector<uint64_t> kept(slots.size(), 0);
     uint64_t total = 0;
-    for (const Slot& s : slots) {
-      if (s.granules && s.offset + s.granules > pool) return;
-      if (s.granules) total += window(s).second - window(s).first;
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (!slots[k].granules) continue;
+      layout[k] = laid_out(slots[k], &kept[k]);
+      total += window(layout[k]);
     }
     if (total == 0) return;
     uint64_t base = 0;
@@ -36,19 +79,14 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
     slots_.resize(slots.size());
     for (size_t k = 0; k < slots.size(); ++k) {
       SlotState& s = slots_[k];
-      s.offset = slots[k].offset;
+      if (layout[k].empty()) continue;
+      s.segs = std::move(layout[k]);
       s.granules = slots[k].granules;
-      if (!s.granules) continue;
-      // A kept part needs a block boundary where the moving part begins; without one it moves whole.
-      s.kept = slots[k].kept < s.granules && std::binary_search(cuts.begin(), cuts.end(), s.offset + slots[k].kept)
-                   ? slots[k].kept
-                   : 0;
-      const auto [first, end] = window(slots[k]);
+      s.kept = kept[k];
       s.base = va;
-      s.window_first = first;
-      s.va = va + (s.offset - first) * g_;
+      s.va = va + (s.segs.front().offset - block_of(s.segs.front().offset)->first) * g_;
       slot_of_va_.emplace(s.va, static_cast<uint32_t>(k));
-      va += (end - first) * g_;
+      va += window(s.segs) * g_;
     }
     owner_.assign(pool, nullptr);
     tags_.assign(pool, {});
@@ -87,25 +125,41 @@ int64_t PlacedPool::slot_at(uint64_t address) const {
   return it == slot_of_va_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
-// f(block index, the block's place in the slot's range): each whole block the slot's granules from
-// `from` to `end` lie in.
+// f(block index, the block's place in the slot's range): each whole block the granules of the
+// slot's part lie in, segment after segment.
 template <typename F>
-bool PlacedPool::each_piece(const SlotState& s, uint64_t from, uint64_t end, F&& f) const {
-  if (from >= end) return true;
-  // Blocks are in order: the first that ends after `from`.
-  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), from,
-                             [](uint64_t g, const Block& b) { return g < b.first + b.count; });
-  for (; it != blocks_.end() && it->first < end; ++it) {
-    if (!f(static_cast<size_t>(it - blocks_.begin()), s.base + (it->first - s.window_first) * g_)) return false;
+bool PlacedPool::each_piece(const SlotState& s, Part part, F&& f) const {
+  uint64_t va = s.base, at = 0;
+  for (const Segment& g : s.segs) {
+    const bool in = part == Part::kAll || (part == Part::kKept) == (at < s.kept);
+    at += g.granules;
+    // Blocks are in order: the first that ends after the segment's first granule.
+    auto it = std::upper_bound(blocks_.begin(), blocks_.end(), g.offset,
+                               [](uint64_t x, const Block& b) { return x < b.first + b.count; });
+    for (; it != blocks_.end() && it->first < g.offset + g.granules; ++it) {
+      if (in && !f(static_cast<size_t>(it - blocks_.begin()), va)) return false;
+      va += it->count * g_;
+    }
   }
   return true;
+}
+
+template <typename F>
+void PlacedPool::each_granule(const SlotState& s, Part part, F&& f) const {
+  uint64_t at = 0;
+  for (const Segment& g : s.segs) {
+    const bool in = part == Part::kAll || (part == Part::kKept) == (at < s.kept);
+    at += g.granules;
+    if (!in) continue;
+    for (uint64_t x = g.offset; x < g.offset + g.granules; ++x) f(x);
+  }
 }
 
 uint64_t PlacedPool::missing_bytes(uint32_t slot) const {
   if (!placed(slot)) return 0;
   uint64_t missing = 0;
   const SlotState& s = slots_[slot];
-  each_piece(s, s.offset, s.end(), [&](size_t b, uint64_t) {
+  each_piece(s, Part::kAll, [&](size_t b, uint64_t) {
     if (!blocks_[b].handle) missing += blocks_[b].count;
     return true;
   });
@@ -113,7 +167,7 @@ uint64_t PlacedPool::missing_bytes(uint32_t slot) const {
 }
 
 bool PlacedPool::create_blocks(const SlotState& s) {
-  return each_piece(s, s.offset, s.end(), [&](size_t b, uint64_t) {
+  return each_piece(s, Part::kAll, [&](size_t b, uint64_t) {
     Block& block = blocks_[b];
     if (block.handle) return true;
     block.handle = backend_.create_extent(block.count);
@@ -124,9 +178,9 @@ bool PlacedPool::create_blocks(const SlotState& s) {
   });
 }
 
-bool PlacedPool::map_part(SlotState& s, uint64_t from, uint64_t end) {
+bool PlacedPool::map_part(SlotState& s, Part part) {
   size_t done = 0;  // pieces mapped so far
-  const bool ok = each_piece(s, from, end, [&](size_t b, uint64_t va) {
+  const bool ok = each_piece(s, part, [&](size_t b, uint64_t va) {
     const Block& block = blocks_[b];
     if (!backend_.map_alias(va, block.handle, block.count)) return false;
     ++stats_.mappings;
@@ -136,7 +190,7 @@ bool PlacedPool::map_part(SlotState& s, uint64_t from, uint64_t end) {
   if (ok) return true;
   // Undo the pieces mapped: the part is all or nothing.
   size_t undone = 0;
-  each_piece(s, from, end, [&](size_t b, uint64_t va) {
+  each_piece(s, part, [&](size_t b, uint64_t va) {
     if (undone >= done) return false;
     backend_.unmap_extent(va, blocks_[b].count);
     ++undone;
@@ -145,8 +199,8 @@ bool PlacedPool::map_part(SlotState& s, uint64_t from, uint64_t end) {
   return false;
 }
 
-bool PlacedPool::unmap_part(SlotState& s, uint64_t from, uint64_t end) {
-  return each_piece(s, from, end, [&](size_t b, uint64_t va) {
+bool PlacedPool::unmap_part(SlotState& s, Part part) {
+  return each_piece(s, part, [&](size_t b, uint64_t va) {
     if (!backend_.unmap_extent(va, blocks_[b].count)) return false;
     ++stats_.unmappings;
     return true;
@@ -156,12 +210,12 @@ bool PlacedPool::unmap_part(SlotState& s, uint64_t from, uint64_t end) {
 bool PlacedPool::map_slot(SlotState& s) {
   const bool kept_now = s.kept && !s.kept_mapped;
   if (kept_now) {
-    if (!map_part(s, s.offset, s.moving())) return false;
+    if (!map_part(s, Part::kKept)) return false;
     s.kept_mapped = true;
   }
   if (!s.mapped && !s.detached) {
-    if (!map_part(s, s.moving(), s.end())) {
-      if (kept_now && unmap_part(s, s.offset, s.moving())) s.kept_mapped = false;
+    if (!map_part(s, Part::kMoving)) {
+      if (kept_now && unmap_part(s, Part::kKept)) s.kept_mapped = false;
       return false;
     }
     s.mapped = true;
@@ -171,11 +225,11 @@ bool PlacedPool::map_slot(SlotState& s) {
 
 bool PlacedPool::unmap_slot(SlotState& s) {
   if (s.mapped) {
-    if (!unmap_part(s, s.moving(), s.end())) return false;
+    if (!unmap_part(s, Part::kMoving)) return false;
     s.mapped = false;
   }
   if (s.kept_mapped) {
-    if (!unmap_part(s, s.offset, s.moving())) return false;
+    if (!unmap_part(s, Part::kKept)) return false;
     s.kept_mapped = false;
   }
   return true;
@@ -192,11 +246,12 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
       return Result::kBusy;
     };
     if (s.owner || s.detached || s.release_pending) return busy();
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g)
-      if (owner_[g] && !may_hand_over(owner_[g])) return busy();
+    bool refused = false;
+    each_granule(s, Part::kAll, [&](uint64_t g) { refused = refused || (owner_[g] && !may_hand_over(owner_[g])); });
+    if (refused) return busy();
     if (!create_blocks(s)) return Result::kFailed;
     if (!map_slot(s)) return Result::kFailed;
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
+    each_granule(s, Part::kAll, [&](uint64_t g) {
       if (owner_[g]) {
         if (handed_over && std::find(handed_over->begin(), handed_over->end(), owner_[g]) == handed_over->end()) {
           handed_over->push_back(owner_[g]);
@@ -206,7 +261,7 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
       if (waits) waits->merge(tags_[g]);
       tags_[g].clear();
       owner_[g] = owner;
-    }
+    });
     s.owner = owner;
     s.freed.clear();
     return Result::kOk;
@@ -219,11 +274,11 @@ void PlacedPool::release(uint32_t slot, const void* owner, const TagSet& tags) {
   try {
     if (!placed(slot)) return;
     SlotState& s = slots_[slot];
-    for (uint64_t g = s.offset; g < s.offset + s.granules; ++g) {
-      if (owner_[g] != owner) continue;
+    each_granule(s, Part::kAll, [&](uint64_t g) {
+      if (owner_[g] != owner) return;
       owner_[g] = nullptr;
       tags_[g].merge(tags);
-    }
+    });
     if (s.owner == owner) s.owner = nullptr;
     s.freed = tags;
     if (s.detached && !s.release_pending) {
@@ -239,7 +294,7 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
     if (!placed(slot)) return false;
     SlotState& s = slots_[slot];
     if (s.mapped) {
-      if (!unmap_part(s, s.moving(), s.end())) return false;
+      if (!unmap_part(s, Part::kMoving)) return false;
       s.mapped = false;
     }
     if (s.detached) {
@@ -249,11 +304,11 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
       held_granules_ -= s.granules - s.kept;
       ++stats_.unmappings;
     }
-    for (uint64_t g = s.moving(); g < s.end(); ++g) {
-      if (owner_[g] != owner) continue;
+    each_granule(s, Part::kMoving, [&](uint64_t g) {
+      if (owner_[g] != owner) return;
       owner_[g] = nullptr;
       tags_[g].merge(tags);
-    }
+    });
     return true;
   } catch (...) {
     return false;
@@ -261,21 +316,18 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
 }
 
 bool PlacedPool::held_by_another(const SlotState& s, const void* owner) {
-  for (uint64_t g = s.moving(); g < s.end(); ++g) {
-    if (owner_[g] && owner_[g] != owner) {
-      ++stats_.busy;
-      return true;
-    }
-  }
-  return false;
+  bool held = false;
+  each_granule(s, Part::kMoving, [&](uint64_t g) { held = held || (owner_[g] && owner_[g] != owner); });
+  if (held) ++stats_.busy;
+  return held;
 }
 
 void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* waits) {
-  for (uint64_t g = s.moving(); g < s.end(); ++g) {
+  each_granule(s, Part::kMoving, [&](uint64_t g) {
     if (waits) waits->merge(tags_[g]);
     tags_[g].clear();
     owner_[g] = owner;
-  }
+  });
 }
 
 PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet* waits) {
@@ -309,10 +361,10 @@ std::vector<const void*> PlacedPool::holders(uint32_t slot, const void* owner) c
   std::vector<const void*> out;
   if (!placed(slot)) return out;
   const SlotState& s = slots_[slot];
-  for (uint64_t g = s.moving(); g < s.end(); ++g) {
+  each_granule(s, Part::kMoving, [&](uint64_t g) {
     const void* o = owner_[g];
     if (o && o != owner && std::find(out.begin(), out.end(), o) == out.end()) out.push_back(o);
-  }
+  });
   return out;
 }
 
@@ -379,7 +431,13 @@ uint64_t PlacedPool::shrink(uint64_t want, const std::function<bool(const FreeTa
       // The ranges that show it: each must be unmappable (no buffer, work settled).
       std::vector<SlotState*> showing;
       for (SlotState& s : slots_) {
-        if ((!s.mapped && !s.kept_mapped) || s.offset >= end || s.offset + s.granules <= b.first) continue;
+        if (!s.mapped && !s.kept_mapped) continue;
+        bool shows = false;
+        each_piece(s, Part::kAll, [&](size_t k, uint64_t) {
+          shows = shows || &blocks_[k] == &b;
+          return true;
+        });
+        if (!shows) continue;
         s.freed.prune(settled);
         if (s.owner || !s.freed.empty()) {
           free = false;

@@ -34,6 +34,9 @@ namespace vcudnn::pool {
 
 class PlacedPool {
  public:
+  struct Segment {
+    uint64_t offset = 0, granules = 0;  // pool granules
+  };
   struct Slot {
     uint64_t offset = 0;    // first pool granule
     uint64_t granules = 0;  // 0: this allocation is not placed
@@ -41,6 +44,10 @@ class PlacedPool {
     // evict, restore, reclaim, holders and restore_detached concern the rest, its moving part, and
     // the block boundaries include the one between the two.
     uint64_t kept = 0;
+    // Where its granules lie in the pool, in its order (Note [Buffers in pieces], planner/
+    // placement.h); empty: [offset, offset + granules). Block boundaries lie at every joint between
+    // two (a slot whose joints are not is not placed).
+    std::vector<Segment> segments;
   };
   // `cuts`: block boundaries in pool granules, ascending, from 0 to the pool's granules.
   // `slots`: by allocation index. ok() is false when the arguments are inconsistent or the
@@ -118,25 +125,26 @@ class PlacedPool {
     Handle handle = 0;              // 0: not created
   };
   struct SlotState {
-    uint64_t va = 0;            // the buffer's address
-    uint64_t base = 0;          // its range: the whole blocks its granules lie in
-    uint64_t window_first = 0;  // the first of those blocks' first pool granule
-    uint64_t offset = 0, granules = 0, kept = 0;
-    bool mapped = false;                               // its moving part, onto the pool
-    bool kept_mapped = false;                          // its kept part (none: kept == 0), onto the pool
-    Handle detached = 0;                               // its moving part, onto an extent of its own
-    uint64_t moving() const { return offset + kept; }  // the moving part's first pool granule
-    uint64_t end() const { return offset + granules; }
+    uint64_t va = 0;    // the buffer's address
+    uint64_t base = 0;  // its range: the whole blocks its granules lie in, segment after segment
+    std::vector<Segment> segs;
+    uint64_t granules = 0, kept = 0;
+    bool mapped = false;       // its moving part, onto the pool
+    bool kept_mapped = false;  // its kept part (none: kept == 0), onto the pool
+    Handle detached = 0;       // its moving part, onto an extent of its own
     const void* owner = nullptr;
     TagSet freed;  // the last release's tags (a detached extent goes once they settle)
     bool release_pending = false;
   };
-  // The pieces of a slot's range from pool granule `from` to `end`: each whole block those granules
-  // lie in, at its place in the range.
+  enum class Part { kAll, kKept, kMoving };
+  // The pieces of a slot's range (of its kept or moving part): each whole block its granules lie in,
+  // at its place in the range.
   template <typename F>
-  bool each_piece(const SlotState& s, uint64_t from, uint64_t end, F&& f) const;
-  bool map_part(SlotState& s, uint64_t from, uint64_t end);    // all pieces or none
-  bool unmap_part(SlotState& s, uint64_t from, uint64_t end);  // false on the first failure
+  bool each_piece(const SlotState& s, Part part, F&& f) const;
+  template <typename F>
+  void each_granule(const SlotState& s, Part part, F&& f) const;  // its pool granules
+  bool map_part(SlotState& s, Part part);                         // all pieces or none
+  bool unmap_part(SlotState& s, Part part);                       // false on the first failure
   bool map_slot(SlotState& s);                                 // what of it is not mapped: both parts, or none of them
   bool unmap_slot(SlotState& s);                               // what of it is mapped onto the pool
   bool create_blocks(const SlotState& s);

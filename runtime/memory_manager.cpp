@@ -521,7 +521,11 @@ void MemoryManager::install_replay(ReplayScript script) {
   if (config_.device_budget && !placement.cuts.empty() && placement.granule == arena_.granularity()) {
     std::vector<pool::PlacedPool::Slot> slots;
     slots.reserve(placement.slots.size());
-    for (const ReplaySlot& slot : placement.slots) slots.push_back({slot.offset, slot.granules, slot.kept});
+    for (const ReplaySlot& slot : placement.slots) {
+      std::vector<pool::PlacedPool::Segment> segments;
+      for (const ReplaySegment& s : slot.segments) segments.push_back({s.offset, s.granules});
+      slots.push_back({slot.offset, slot.granules, slot.kept, std::move(segments)});
+    }
     pool = std::make_unique<pool::PlacedPool>(physical_, arena_.granularity(), placement.cuts, std::move(slots));
     if (!pool->ok()) {
       VCUDNN_LOG_WARN(

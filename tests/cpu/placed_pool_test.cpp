@@ -17,9 +17,16 @@ const memory::Stream kS = test::SimDevice::stream(1);
 
 bool never(const void*) { return false; }
 
+PlacedPool::Slot slot(uint64_t offset, uint64_t granules, uint64_t kept = 0,
+                      std::vector<PlacedPool::Segment> segments = {}) {
+  return {offset, granules, kept, std::move(segments)};
+}
+
 // Pool of 6 granules, blocks [0,2) [2,6); slot 0 at 0..4 (its range shows both blocks, its address
 // the first), slot 1 at 0..2, slot 2 at 4..6 (its range shows block [2,6), its address 2 granules in).
-PlacedPool make(test::SimDevice& dev) { return PlacedPool(dev, kG, {0, 2, 6}, {{0, 4}, {0, 2}, {4, 2}, {0, 0}}); }
+PlacedPool make(test::SimDevice& dev) {
+  return PlacedPool(dev, kG, {0, 2, 6}, {slot(0, 4), slot(0, 2), slot(4, 2), slot(0, 0)});
+}
 
 }  // namespace
 
@@ -179,7 +186,7 @@ TEST_CASE("placed pool: a slot that keeps part of itself leaves and comes back w
           "[placed_pool]") {
   test::SimDevice dev(kG, 100);
   // Pool of 6 granules, blocks [0,2) [2,4) [4,6); slot 0 at 0..4 keeping 2, slot 1 at 2..4, slot 2 at 0..2.
-  PlacedPool p(dev, kG, {0, 2, 4, 6}, {{0, 4, 2}, {2, 2}, {0, 2}});
+  PlacedPool p(dev, kG, {0, 2, 4, 6}, {slot(0, 4, 2), slot(2, 2), slot(0, 2)});
   REQUIRE(p.ok());
   CHECK(p.kept_bytes(0) == 2 * kG);
   CHECK(p.kept_bytes(1) == 0);
@@ -236,7 +243,50 @@ TEST_CASE("placed pool: a slot that keeps part of itself leaves and comes back w
 TEST_CASE("placed pool: a kept part without a block boundary where the moving part begins moves whole",
           "[placed_pool]") {
   test::SimDevice dev(kG, 100);
-  PlacedPool p(dev, kG, {0, 4}, {{0, 4, 2}});
+  PlacedPool p(dev, kG, {0, 4}, {slot(0, 4, 2)});
   REQUIRE(p.ok());
   CHECK(p.kept_bytes(0) == 0);
+}
+
+// Note [Buffers in pieces]: a slot whose granules lie in two parts of the pool shows them one after
+// the other in its range; each part is the pool's bytes that other slots there see, and with a kept
+// part only the moving piece leaves.
+TEST_CASE("placed pool: a slot in pieces shows them in its order, and its moving piece alone leaves", "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  // Blocks [0,2) [2,4) [4,6); slot 0: pool [4,6) then [0,2), keeping its first 2 granules; slot 1 at
+  // [0,2); slot 2 at [4,6); slot 3 in pieces whose joint is no block boundary: not placed.
+  PlacedPool p(dev, kG, {0, 2, 4, 6},
+               {slot(4, 4, 2, {{4, 2}, {0, 2}}), slot(0, 2), slot(4, 2), slot(0, 3, 0, {{0, 1}, {4, 2}})});
+  REQUIRE(p.ok());
+  CHECK(p.placed(0));
+  CHECK_FALSE(p.placed(3));
+  CHECK(p.kept_bytes(0) == 2 * kG);
+  int a = 0, b = 0, c = 0;
+  pool::TagSet waits;
+  std::vector<const void*> over;
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  CHECK(p.held_bytes() == 4 * kG);  // its two blocks, not [2,4)
+  for (uint32_t k = 0; k < 4; ++k) dev.write(kS, p.address(0) + k * kG, kG, 10 + k);
+  dev.run_all();
+  // Out: its moving piece (pool [0,2)) only; slot 1 takes those bytes and sees what it left there.
+  pool::TagSet out;
+  out.add({4, 1});
+  REQUIRE(p.evict(0, &a, out));
+  dev.check(kS, p.address(0), kG, 10);                                      // the kept piece is still mapped
+  CHECK(p.take(2, &c, &waits, never, &over) == PlacedPool::Result::kBusy);  // kept: still `a`'s
+  REQUIRE(p.take(1, &b, &waits, never, &over) == PlacedPool::Result::kOk);
+  dev.check(kS, p.address(1), kG, 12);
+  dev.check(kS, p.address(1) + kG, kG, 13);
+  dev.write(kS, p.address(1), 2 * kG, 20);
+  dev.run_all();
+  pool::TagSet freed;
+  freed.add({1, 5});
+  p.release(1, &b, freed);
+  waits.clear();
+  REQUIRE(p.restore(0, &a, &waits) == PlacedPool::Result::kOk);
+  dev.check(kS, p.address(0) + kG, kG, 11);
+  dev.check(kS, p.address(0) + 2 * kG, 2 * kG, 20);  // the pool's bytes, as slot 1 left them
+  dev.run_all();
+  INFO(dev.first_errors());
+  CHECK(dev.errors.empty());
 }

@@ -175,13 +175,20 @@ TEST_CASE("placement: the check finds two buffers on the device together sharing
   REQUIRE(check_placement(m, {}, p).empty());
   REQUIRE(p.buffers.size() >= 2);
   p.buffers[1].offset = p.buffers[0].offset;  // every map lives through the forward pass's end
+  p.buffers[1].segments.clear();              // all of it at `offset`
   std::sort(p.buffers.begin(), p.buffers.end(), [](const PlacedBuffer& a, const PlacedBuffer& b) {
     return std::pair(a.offset, a.life) < std::pair(b.offset, b.life);
   });
   CHECK_THAT(check_placement(m, {}, p), Catch::Contains("share pool bytes"));
   Placement misaligned = place_buffers(c.b.t, l, m, {}, kGranule);
   misaligned.buffers[0].offset += 512;
+  misaligned.buffers[0].segments.clear();
   CHECK_THAT(check_placement(m, {}, misaligned), Catch::Contains("granule-aligned"));
+  // Note [Buffers in pieces]: pieces must cover the buffer in order.
+  Placement gap = place_buffers(c.b.t, l, m, {}, kGranule);
+  const uint64_t bytes = gap.buffers[0].bytes;
+  gap.buffers[0].segments = {{0, gap.buffers[0].offset, bytes / 2}, {bytes / 2 + kGranule, 0, bytes / 2 - kGranule}};
+  CHECK_THAT(check_placement(m, {}, gap), Catch::Contains("do not cover it in order"));
 }
 
 TEST_CASE("placement: invariants on random iterations and budgets", "[placement]") {
@@ -245,6 +252,7 @@ TEST_CASE(
   const Lifetimes l = lifetimes(t);
   OffloadOptions options;
   options.replayable_only = true;  // as the runtime plans
+  options.partial_moves = true;
   const SpanModel m = span_model(t, l, options);
   const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
   constexpr uint64_t kPeak = 5830299796ull;  // PyTorch's max_memory_allocated (trace_sim_test.cpp)
@@ -263,7 +271,11 @@ TEST_CASE(
     // 90%, 13% at 50% with prefetches as early as the budget allows; 0.4% and 19% when they went as
     // late as the link allows).
     CHECK(static_cast<double>(p.placement.pool_bytes) <= 1.2 * static_cast<double>(p.placement.resident_peak));
-    CHECK(p.placement.remap_calls <= 6 * p.plan.moves.size());
+    // Each move's range is cut into blocks at the ends of the pieces of buffers laid out in pieces
+    // over its bytes (Note [Buffers in pieces]): up to ~16 blocks a move here (50 %). On the H100
+    // (fp32, 60 % and 90 %) the steady state made no driver call: a moved buffer comes back onto
+    // its range before the host has seen its copy out end (Note [Back before the copy out ended]).
+    CHECK(p.placement.remap_calls <= 3 * 20 * p.plan.moves.size());
     // Note [Choosing how a placement holds bytes]: the step stated is the layout's timeline, hand-overs
     // included, and no longer than the other way of holding bytes would give (checked in the next test).
     const PlanTimeline time = time_placed(t, m, p.plan, p.placement, link, 0.005);
@@ -274,7 +286,7 @@ TEST_CASE(
     if (percent == 90) {
       // The plan for a target a few % under the budget: what the layout costs in bytes moved.
       CHECK(static_cast<double>(p.plan_budget) >= 0.97 * static_cast<double>(budget));
-      CHECK(p.placement.remap_calls <= 16);
+      CHECK(p.placement.remap_calls <= 80);
       CHECK(p.step_ms <= 1.25 * time.compute_ms);
     }
   }
@@ -290,6 +302,7 @@ TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits i
   const Lifetimes l = lifetimes(t);
   OffloadOptions options;
   options.replayable_only = true;
+  options.partial_moves = true;
   const SpanModel m = span_model(t, l, options);
   const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
   const uint64_t budget = 5527 * kMiB;  // 90 % of 6.09 GiB less 1/64 of it
@@ -299,10 +312,19 @@ TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits i
   const PlacedPlan& p = r.value();
   CHECK(check_placement(m, p.plan.moves, p.placement).empty());
   CHECK(p.placement.total() <= budget);
-  // The fixed orders alone do not fit this plan's buffers.
-  const Placement fixed = place_buffers(t, l, m, p.plan.moves, options.granule);
-  CHECK(fixed.total() > budget);
-  CHECK(fixed.other_peak == p.placement.other_peak);
+  // Note [Buffers in pieces]: with buffers in pieces the pool is the most placed bytes on the device
+  // at once, and the plan (for 99 % of the target, two of its three moves in part) moves 928 MiB each
+  // way, where whole buffers laid out whole needed a plan for 92 % moving 2352 MiB.
+  CHECK(p.placement.pool_bytes == p.placement.resident_peak);
+  CHECK(p.plan.bytes_moved <= 1000 * kMiB);
+  size_t in_pieces = 0;
+  for (const PlacedBuffer& b : p.placement.buffers) in_pieces += b.segments.size() > 1 && !b.kept ? 1 : 0;
+  CHECK(in_pieces > 0);
+  OffloadOptions whole = options;
+  whole.partial_moves = false;
+  auto w = plan_placed(t, l, budget, whole, link, 0.005);
+  REQUIRE(w.ok());
+  CHECK(w->plan.bytes_moved > p.plan.bytes_moved);
   // The search is seeded: the same iteration gets the same layout.
   auto again = plan_placed(t, l, budget, options, link, 0.005);
   REQUIRE(again.ok());
