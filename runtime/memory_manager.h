@@ -273,6 +273,7 @@ class MemoryManager {
   void sync_budgets();                 // the arena's budget: the device budget less the pools'
   bool physical_fits(uint64_t bytes);  // `bytes` more physical memory fit the budget now
   bool make_physical_room(uint64_t bytes);
+  bool room_for_slot(const pool::PlacedPool& p, uint32_t slot);  // Note [Room for a slot's blocks]
   void note_physical();                      // the peak of arena + pools
   void reap_pools();                         // detached extents settled, retired pools drained
   uint64_t shrink_pools(uint64_t granules);  // pool blocks no buffer holds given back; returns granules
