@@ -861,9 +861,9 @@ bool MemoryManager::make_physical_room(uint64_t bytes) {
 // Making room may give back the pool's free blocks (shrink_pools), and among them blocks of the
 // very slot that asked: it then needs more than it made room for, and creating them went over the
 // budget (by 10 granules on the simulated device: the recorded ResNet-50 iteration at 80 % with
-// 1/1024 of the budget as room; at 50 % before the pieces of Note [Buffers in pieces] too; on the
-// H100 a transformer at 70 % of its peak mapped 874 MiB under a budget of 873). So what is missing
-// is asked again after each round of room, until it fits as it is.
+// 1/1024 of the budget as room; at 50 % before the pieces of Note [Buffers in pieces] too; likely
+// also what made a transformer on the H100 map 874 MiB under a budget of 873 at 70 % of its peak,
+// not rerun there). So what is missing is asked again after each round of room, until it fits as it is.
 bool MemoryManager::room_for_slot(const pool::PlacedPool& p, uint32_t slot) {
   for (int round = 0; round < 4; ++round) {
     const uint64_t missing = p.missing_bytes(slot);
