@@ -48,10 +48,10 @@ Intervals less(size_t first, size_t last, Intervals absent) {
   return out;
 }
 
-// Where each placed buffer is on the device, before offsets are chosen.
-std::vector<PlacedBuffer> placeable(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
-                                    const std::vector<OffloadMove>& moves, uint64_t granule) {
-  const size_t n = model.seqs.size();
+// Where each life is off the device under `moves`, and how many of its bytes stay (Note [Moving part
+// of a buffer]: a life's moves all keep the same part).
+std::pair<std::vector<Intervals>, std::vector<uint64_t>> absences(const SpanModel& model,
+                                                                  const std::vector<OffloadMove>& moves) {
   std::vector<Intervals> absent(model.lives.size());
   std::vector<uint64_t> kept(model.lives.size(), 0);
   for (const OffloadMove& mv : moves) {
@@ -60,6 +60,14 @@ std::vector<PlacedBuffer> placeable(const Trace& trace, const Lifetimes& lifetim
       kept[mv.life] = mv.offset;
     }
   }
+  return {std::move(absent), std::move(kept)};
+}
+
+// Where each placed buffer is on the device, before offsets are chosen.
+std::vector<PlacedBuffer> placeable(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
+                                    const std::vector<OffloadMove>& moves, uint64_t granule) {
+  const size_t n = model.seqs.size();
+  const auto [absent, kept] = absences(model, moves);
   const auto large = [&](size_t i) {
     return model.lives[i].bytes >= granule && !trace.buffers[lifetimes.buffers[i].buffer].library;
   };
@@ -263,9 +271,7 @@ uint64_t lay_out(std::vector<PlacedBuffer>& todo, const std::vector<size_t>& ord
     PlacedBuffer& p = todo[k];
     p.segments.clear();
     if (p.kept) place(p, 0, p.kept, p.kept_resident, false);
-    place(p, p.kept, p.bytes - p.kept, p.resident, p.moved);
-    std::sort(p.segments.begin(), p.segments.end(),
-              [](const PlacedSegment& a, const PlacedSegment& b) { return a.at < b.at; });
+    place(p, p.kept, p.bytes - p.kept, p.resident, p.moved);  // segments appended in their order
     p.offset = p.segments.front().offset;
   }
   return pool;
@@ -348,14 +354,7 @@ Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const Sp
 
 std::string check_placement(const SpanModel& model, const std::vector<OffloadMove>& moves, const Placement& placement) {
   const size_t n = model.seqs.size();
-  std::vector<Intervals> absent(model.lives.size());
-  std::vector<uint64_t> kept(model.lives.size(), 0);
-  for (const OffloadMove& mv : moves) {
-    if (mv.life < absent.size() && mv.first_absent() <= mv.last_absent()) {
-      absent[mv.life].push_back({mv.first_absent(), mv.last_absent()});
-      kept[mv.life] = mv.offset;
-    }
-  }
+  const auto [absent, kept] = absences(model, moves);
   std::vector<bool> seen(model.lives.size(), false);
   struct Held {
     Part part;

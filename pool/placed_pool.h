@@ -5,11 +5,13 @@
 // virtual range of its own, mapped onto its part of the pool the first time it is served and left
 // mapped. The driver maps whole allocations only (CUDA 13 refuses cuMemMap's offset: scripts/bench/
 // vmm_map.cpp), so a slot's range shows every block its granules lie in, whole, and the buffer's
-// address is where its first granule falls in that window; blocks are cut at the ends of every
-// moved buffer, so that a moved buffer's range is its own blocks exactly. Two slots that share pool bytes are never
-// meant to hold live bytes at once; the pool checks it at run time: every pool granule has an owner (the buffer whose
-// bytes it holds now) and the tags of whoever gave it back last, so that a slot whose bytes are still another buffer's
-// is refused (the runtime then serves the allocation elsewhere) and a new owner is ordered after the last one's work.
+// address is where its first granule falls in that window; blocks are cut at both ends of every
+// moving part and of every piece of a slot in pieces (Slot::kept, Slot::segments), so that a
+// moving part is its own blocks exactly and a slot's pieces follow one another in its range. Two slots that share pool
+// bytes are never meant to hold live bytes at once; the pool checks it at run time: every pool granule has an owner
+// (the buffer whose bytes it holds now) and the tags of whoever gave it back last, so that a slot whose bytes are still
+// another buffer's is refused (the runtime then serves the allocation elsewhere) and a new owner is ordered after the
+// last one's work.
 //
 // A moved buffer's range is unmapped when its copy out has finished (evict) and mapped again when it
 // comes back (restore), onto the same pool bytes if no one holds them, else onto a fresh extent of
