@@ -110,11 +110,21 @@ struct Placement {
 // and in pieces, are tried in each order; the smaller pool is kept.
 inline constexpr size_t kMaxSegments = 4;
 
+// By life: the calls (closed intervals, ascending) during which its copy out is still reading the
+// bytes of its moving part, though the plan has it off the device.
+using CopyWindows = std::vector<std::vector<std::pair<size_t, size_t>>>;
+// In time_plan()'s timeline `t` of `plan`: from each move's first absent call to the last that starts
+// before its copy out ends.
+CopyWindows copy_windows(const SpanModel& model, const OffloadPlan& plan, const PlanTimeline& t);
+
 // Lays out the span's placeable buffers under `moves` (an offload plan's, or none). `fit` (0: none):
 // while the layout needs more than that (pool and what stays outside it), more orders are tried
-// (Note [Searching for a layout that fits]).
+// (Note [Searching for a layout that fits]). `copying`: each part goes where no copy out is still
+// reading while it is on the device, if such a gap fits it below `copy_room` bytes of pool (or the
+// most placed bytes on the device at once, if more) (Note [Laying out around copies out]).
 Placement place_buffers(const Trace& trace, const Lifetimes& lifetimes, const SpanModel& model,
-                        const std::vector<OffloadMove>& moves, uint64_t granule, uint64_t fit = 0);
+                        const std::vector<OffloadMove>& moves, uint64_t granule, uint64_t fit = 0,
+                        const CopyWindows* copying = nullptr, uint64_t copy_room = 0);
 
 // What a layout must keep: offsets aligned to the granule and within the pool, no two placed
 // buffers on the device at one position sharing a byte, each buffer's residency its life less its

@@ -125,6 +125,47 @@ TEST_CASE("placement: a call given a moved buffer's bytes waits for its copy out
   }
 }
 
+// Note [Laying out around copies out]: given the calls during which each copy out still reads its
+// buffer's bytes, and room for it, the layout puts no buffer there that arrives then: no call waits
+// for a hand-over beyond what the plan alone waits for room.
+TEST_CASE("placement: with room, a layout around copies out hands no bytes over while a copy reads them",
+          "[placement]") {
+  const test::Chain c = test::chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
+  const Trace& t = c.b.t;
+  const Lifetimes l = lifetimes(t);
+  const SpanModel m = span_model(t, l);
+  const std::vector<uint64_t> sim = simulate(m, {});
+  const uint64_t peak = *std::max_element(sim.begin(), sim.end());
+  const LinkModel slow{0.8, 0.8, 1.6};
+  constexpr double kCallMs = 1.0;
+  auto plan = plan_offload(t, l, peak - 8 * kMiB, OffloadPolicy::kVcudnn, {}, slow, kCallMs);
+  REQUIRE(plan.ok());
+  const PlanTimeline plain = time_plan(t, m, plan.value(), slow, kCallMs);
+  const CopyWindows windows = copy_windows(m, plan.value(), plain);
+  size_t copying = 0;
+  for (const OffloadMove& mv : plan->moves) {
+    for (const auto& [first, last] : windows[mv.life]) {
+      CHECK(first == mv.first_absent());
+      CHECK(last <= mv.last_absent());
+      ++copying;
+    }
+  }
+  REQUIRE(copying > 0);
+  const Placement tight = place_buffers(t, l, m, plan->moves, kGranule);
+  REQUIRE(time_placed(t, m, plan.value(), tight, slow, kCallMs).room_ms > plain.room_ms);
+  const Placement around = place_buffers(t, l, m, plan->moves, kGranule, 0, &windows, peak + 64 * kMiB);
+  REQUIRE(check_placement(m, plan->moves, around).empty());
+  for (const Handover& x : handovers(plan->moves, around)) {
+    for (const auto& [first, last] : windows[plan->moves[x.move].life]) CHECK((x.call < first || x.call > last));
+  }
+  const PlanTimeline timed = time_placed(t, m, plan.value(), around, slow, kCallMs);
+  CHECK(timed.room_ms == Approx(plain.room_ms));
+  CHECK(timed.step_ms == Approx(plain.step_ms));
+  // Without room beyond the most placed bytes at once, it still lays out every buffer correctly.
+  const Placement no_room = place_buffers(t, l, m, plan->moves, kGranule, 0, &windows);
+  CHECK(check_placement(m, plan->moves, no_room).empty());
+}
+
 // A gradient left to the next iteration: placed with the previous instance's life, so that it wraps
 // around the iteration's end, and nothing alive in the wrapped part shares its bytes.
 TEST_CASE("placement: a buffer the iteration leaves to the next is on the device until its previous instance's free",
@@ -325,6 +366,18 @@ TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits i
   auto w = plan_placed(t, l, budget, whole, link, 0.005);
   REQUIRE(w.ok());
   CHECK(w->plan.bytes_moved > p.plan.bytes_moved);
+  // Note [Laying out around copies out]: the plan's buffers laid out without the copies' windows make
+  // the forward pass's buffers wait for the largest copy out (13 ms in this model, 5.6 around them).
+  if (!p.held) {
+    const Placement tight = place_buffers(t, l, m, p.plan.moves, options.granule, budget);
+    REQUIRE(tight.total() <= budget);
+    const PlanTimeline tight_time = time_placed(t, m, p.plan, tight, link, 0.005);
+    INFO("hand-over waits " << p.handover_ms << " ms, " << tight_time.room_ms << " laid out without the windows");
+    CHECK(p.handover_ms < 0.75 * tight_time.room_ms);
+    CHECK(p.step_ms < tight_time.step_ms);
+  } else {
+    FAIL_CHECK("the plan now holds its bytes until copied: update this test");
+  }
   // The search is seeded: the same iteration gets the same layout.
   auto again = plan_placed(t, l, budget, options, link, 0.005);
   REQUIRE(again.ok());

@@ -184,9 +184,21 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// The step a decided line predicts for its static placement ("predicted step X ms").
+double predicted_step_ms(const std::string& decided) {
+  const std::string key = "predicted step ";
+  const size_t at = decided.find(key);
+  REQUIRE(at != std::string::npos);
+  return std::stod(decided.substr(at + key.size()));
+}
+
+}  // namespace
+
 // Note [Moving part of a buffer]: at 90 % of PyTorch's peak the placed plan moves part of some
-// buffers (their last granules; the rest stays mapped and keeps its pool bytes) and fewer bytes
-// than the same placement with whole buffers; followed on the simulated device, with it keeping up
+// buffers (their last granules; the rest stays mapped and keeps its pool bytes), its layout's step no
+// longer than the same placement's with whole buffers; followed on the simulated device, with it keeping up
 // or lagging, nothing faults in, the host never waits, and every granule's stamp is the last one
 // written, the kept part's and the moved part's alike.
 TEST_CASE("recorded ResNet-50 iteration at 90%: part of a buffer moves, and every byte is kept",
@@ -212,8 +224,10 @@ TEST_CASE("recorded ResNet-50 iteration at 90%: part of a buffer moves, and ever
     CHECK(s.evictions > 0);
     REQUIRE(r.replay);
     CHECK(r.replay->mismatches == 0);
-    // Fewer bytes cross the link than with whole buffers.
-    CHECK(r.bytes_out < whole.bytes_out);
+    // Its layout's predicted step is no longer than with whole buffers (plan_placed() keeps the shorter;
+    // before layouts went around copies out, Note [Laying out around copies out], the whole buffers'
+    // plan also had to be made for a lower target and moved more bytes).
+    CHECK(predicted_step_ms(r.decided) <= predicted_step_ms(whole.decided));
   }
 }
 
