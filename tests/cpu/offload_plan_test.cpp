@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -406,6 +407,36 @@ TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "
   REQUIRE(bytes.size() > 1000);
   CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
   CHECK(nlohmann::json::parse(test::read_file(png + ".json")).at("curves").size() == 5);
+}
+
+// scripts/bench/offload_plot.py draws the README's plot of step time against device memory from
+// scripts/bench/offload's results: one panel per model, a line per policy; a file without PyTorch
+// alone to compare with is refused.
+TEST_CASE("offload_plot.py draws the shipped offload results, one panel per model", "[offload_plan][cli]") {
+  const std::string results = test::source_dir() + "/scripts/bench/results/";
+  const std::string script = test::source_dir() + "/scripts/bench/offload_plot.py";
+  test::TempDir tmp;
+  const std::string png = tmp.file("policies.png");
+  const auto r =
+      test::run_process({test::python_executable(), script, results + "offload_step-issue13-resnet50-b128-current.json",
+                         results + "offload_step-issue13-vgg16-policies.json", "--out", png},
+                        {});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("wrote " + png));
+  const std::string bytes = test::read_file(png);
+  REQUIRE(bytes.size() > 1000);
+  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+
+  const std::string lone = tmp.file("lone.json");
+  {
+    nlohmann::json j = nlohmann::json::parse(test::read_file(results + "offload_step-issue13-vgg16-policies.json"));
+    j["summaries"]["vgg16"]["rows"].erase("torch-async");
+    std::ofstream(lone) << j.dump();
+  }
+  const auto refused = test::run_process({test::python_executable(), script, lone, "--out", tmp.file("x.png")}, {});
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("no PyTorch-alone row"));
 }
 
 namespace {
