@@ -393,19 +393,28 @@ TEST_CASE("offload plan: a buffer is off the device only after the use its copy 
   }
 }
 
-// `vcudnn plan --plot` draws the curves with scripts/plan_plot.py (matplotlib, as for vcudnn trace).
-TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "[offload_plan][cli]") {
-  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB});
-  test::TempDir tmp;
-  const std::string path = tmp.file("t.json"), png = tmp.file("plan.png");
-  REQUIRE(write_trace(c.b.t, path).ok());
-  const auto r = test::run_process({test::exe_dir() + "/vcudnn", "plan", path, "--budget", "80%", "--plot", png}, {});
+namespace {
+
+// A plotting program ran, said it wrote `png`, and did: a PNG file of some size.
+void check_png_written(const test::ProcessResult& r, const std::string& png) {
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("wrote " + png));
   const std::string bytes = test::read_file(png);
   REQUIRE(bytes.size() > 1000);
   CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+}
+
+}  // namespace
+
+// `vcudnn plan --plot` draws the curves with scripts/plan_plot.py (matplotlib, as for vcudnn trace).
+TEST_CASE("vcudnn plan --plot draws device memory with and without the plans", "[offload_plan][cli]") {
+  const Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB});
+  test::TempDir tmp;
+  const std::string path = tmp.file("t.json"), png = tmp.file("plan.png");
+  REQUIRE(write_trace(c.b.t, path).ok());
+  check_png_written(
+      test::run_process({test::exe_dir() + "/vcudnn", "plan", path, "--budget", "80%", "--plot", png}, {}), png);
   CHECK(nlohmann::json::parse(test::read_file(png + ".json")).at("curves").size() == 5);
 }
 
@@ -417,16 +426,11 @@ TEST_CASE("offload_plot.py draws the shipped offload results, one panel per mode
   const std::string script = test::source_dir() + "/scripts/bench/offload_plot.py";
   test::TempDir tmp;
   const std::string png = tmp.file("policies.png");
-  const auto r =
+  check_png_written(
       test::run_process({test::python_executable(), script, results + "offload_step-issue13-resnet50-b128-current.json",
                          results + "offload_step-issue13-vgg16-policies.json", "--out", png},
-                        {});
-  INFO(r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("wrote " + png));
-  const std::string bytes = test::read_file(png);
-  REQUIRE(bytes.size() > 1000);
-  CHECK(bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+                        {}),
+      png);
 
   const std::string lone = tmp.file("lone.json");
   {
