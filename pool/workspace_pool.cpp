@@ -42,11 +42,12 @@ uint64_t round_up(uint64_t bytes, uint64_t granularity, uint64_t limit) {
 }  // namespace
 
 WorkspacePool::WorkspacePool(PoolBackend& backend, uint64_t capacity, uint64_t per_stream_capacity,
-                             uint64_t granularity)
+                             uint64_t granularity, Holding holding)
     : backend_(backend),
       capacity_(capacity),
       per_stream_capacity_(per_stream_capacity),
-      granularity_(granularity == 0 ? 1 : granularity) {}
+      granularity_(granularity == 0 ? 1 : granularity),
+      holding_(holding) {}
 
 WorkspacePool::~WorkspacePool() {
   // No lock: using a pool while it is destroyed is the caller's bug. Blocks still in use are
@@ -90,6 +91,10 @@ void WorkspacePool::release(const Lease& lease, StreamHandle stream) {
     block.in_use = false;
     stats_.in_use -= block.bytes;
     block.stream = stream;
+    if (holding_ == Holding::kReturn) {  // Note [Workspace that lives for one call]: freed after the work on `stream`
+      free_block(it);
+      return;
+    }
     block.stream_bound = true;  // until the event is recorded: Note [Blocks without an event]
     if (block.event == nullptr) block.event = backend_.create_event();
     if (block.event != nullptr && backend_.record(block.event, stream)) block.stream_bound = false;

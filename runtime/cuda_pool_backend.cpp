@@ -16,9 +16,10 @@ bool check(cudaError_t e, const char* what) { return cuda_ok(e, "workspace pool"
 }  // namespace
 
 // Workspaces come from vcudnn's own memory: the arena (within the device budget) when the
-// process's memory is owned, else cudaMallocAsync.
+// process's memory is owned, each for one call there (MicroBatchResources gives the pool
+// Holding::kReturn: Note [Workspace that lives for one call]), else cudaMallocAsync.
 void* CudaPoolBackend::allocate(uint64_t bytes, pool::StreamHandle stream) {
-  return allocate_own(bytes, static_cast<cudaStream_t>(stream));
+  return allocate_own(bytes, static_cast<cudaStream_t>(stream), memory_owned());
 }
 
 void CudaPoolBackend::release(void* ptr, pool::StreamHandle stream) { free_own(ptr, static_cast<cudaStream_t>(stream)); }

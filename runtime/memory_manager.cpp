@@ -170,6 +170,7 @@ std::optional<uint64_t> MemoryManager::allocate(uint64_t bytes, StreamRef stream
       b->bytes = bytes;
       b->serial = ++serial_;
       b->library = origin == Origin::kLibrary;
+      b->scratch = origin == Origin::kScratch;
       b->last_use.store(next_tick());
       b->streams.store(StreamOrder::bit_of(id));
       live_requested_ += bytes;
@@ -230,6 +231,7 @@ bool MemoryManager::publish(Buffer* b, uint64_t address, uint64_t span, uint64_t
   b->large = span >= arena_.granularity();
   b->serial = ++serial_;
   b->library = origin == Origin::kLibrary;
+  b->scratch = origin == Origin::kScratch;
   b->last_use.store(next_tick());
   // Its first accesses may be ones vcudnn cannot see: an eviction fences the stream it was
   // allocated on (the legacy stream for cudaMalloc) whatever else it learns.
@@ -692,8 +694,8 @@ void MemoryManager::run_due(const std::vector<Replayer::Due>& due) {
       continue;
     }
     if (d.kind == ReplayAction::kOffload) {
-      const bool can = b->large && !b->library && !b->pinned.load() && b->state.load() == BufferState::kResident &&
-                       !b->restoring.load() && b->in_use.load() == 0;
+      const bool can = b->large && !b->library && !b->scratch && !b->pinned.load() &&
+                       b->state.load() == BufferState::kResident && !b->restoring.load() && b->in_use.load() == 0;
       if (can && begin_evictions({b}) == 1)
         ++counters_.planned_offloads;
       else
@@ -713,7 +715,7 @@ void MemoryManager::run_due(const std::vector<Replayer::Due>& due) {
 uint64_t MemoryManager::unevictable_bytes() const {
   uint64_t n = 0;
   for (const auto& [addr, b] : live_) {
-    if (!b->large || b->library || b->pinned.load()) n += b->span;
+    if (!b->large || b->library || b->scratch || b->pinned.load()) n += b->span;
   }
   return n;
 }
@@ -726,7 +728,7 @@ bool MemoryManager::start_evictions(uint64_t granules) {
   std::vector<EvictionCandidate> candidates;
   for (const auto& [addr, b] : live_) {
     // A placed buffer's memory is the pool's: evicting it makes no room in the arena.
-    if (b->large && !b->library && !b->pinned.load() && b->state.load() == BufferState::kResident &&
+    if (b->large && !b->library && !b->scratch && !b->pinned.load() && b->state.load() == BufferState::kResident &&
         b->in_use.load() == 0 && !b->placed_pool)
       candidates.push_back({b, b->last_use.load(), b->span});
   }
@@ -1338,7 +1340,7 @@ EvictResult MemoryManager::evict(uint64_t address) {
   Buffer* b = it->second;
   if (!b->large) return EvictResult::kTooSmall;
   if (!config_.device_budget) return EvictResult::kNotAllowed;  // Note [Tracking without a budget]
-  if (b->library || b->pinned.load() || eviction_paused()) return EvictResult::kNotAllowed;
+  if (b->library || b->scratch || b->pinned.load() || eviction_paused()) return EvictResult::kNotAllowed;
   if (b->state.load() == BufferState::kEvicted) return EvictResult::kAlreadyEvicted;
   if (b->state.load() == BufferState::kResident) {
     b->state.store(BufferState::kEvicting, std::memory_order_seq_cst);

@@ -134,7 +134,10 @@ struct ManagerStats {
   uint64_t back_held_ns = 0;  // the in stream waiting for the memory's previous holders
 };
 
-enum class Origin { kFramework, kLibrary };  // kLibrary: allocated by an NVIDIA library: never evicted
+// kLibrary: allocated by an NVIDIA library: never evicted. kScratch: vcudnn's workspace for one call
+// (Note [Workspace that lives for one call], pool/workspace_pool.h): never evicted, but recorded as
+// the framework's buffers are, so that the plan's static placement lays it out.
+enum class Origin { kFramework, kLibrary, kScratch };
 
 enum class EvictResult { kOk, kUnknown, kTooSmall, kNotAllowed, kAlreadyEvicted, kNoHostMemory, kFailed };
 enum class RestoreResult { kOk, kUnknown, kNotEvicted, kNoRoom, kFailed };

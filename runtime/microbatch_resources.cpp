@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "runtime/log.h"
+#include "runtime/own_memory.h"
 #include "runtime/real_api.h"
 
 namespace vcudnn {
@@ -94,7 +95,10 @@ pool::WorkspacePool* MicroBatchResources::pool_for_current_device() {
   auto& p = pools_[dev];
   if (!p) {
     const uint64_t total = settings_.total ? *settings_.total : std::numeric_limits<uint64_t>::max() / 4;
-    p = std::make_unique<pool::WorkspacePool>(backend_, total, settings_.cap());
+    // Note [Workspace that lives for one call]: where vcudnn owns the memory, the arena reuses freed
+    // memory itself and a block kept here would be memory no offload plan can use.
+    const auto holding = memory_owned() ? pool::WorkspacePool::Holding::kReturn : pool::WorkspacePool::Holding::kKeep;
+    p = std::make_unique<pool::WorkspacePool>(backend_, total, settings_.cap(), uint64_t{1} << 20, holding);
   }
   return p.get();
 }

@@ -7,10 +7,10 @@
 
 namespace vcudnn {
 
-void* allocate_own(uint64_t bytes, std::optional<cudaStream_t> stream) {
+void* allocate_own(uint64_t bytes, std::optional<cudaStream_t> stream, bool one_call) {
   if (bytes == 0) return nullptr;
   if (memory::MemoryManager* m = Process::get().memory()) {
-    const auto a = m->allocate(bytes, stream, memory::Origin::kLibrary);
+    const auto a = m->allocate(bytes, stream, one_call ? memory::Origin::kScratch : memory::Origin::kLibrary);
     return a ? reinterpret_cast<void*>(*a) : nullptr;
   }
   const RealCudart& rt = real_cudart();
@@ -21,6 +21,8 @@ void* allocate_own(uint64_t bytes, std::optional<cudaStream_t> stream) {
   if (rt.cudaGetLastError) rt.cudaGetLastError();
   return nullptr;
 }
+
+bool memory_owned() { return Process::get().memory() != nullptr; }
 
 void free_own(void* ptr, std::optional<cudaStream_t> stream) {
   if (!ptr) return;

@@ -12,7 +12,11 @@
 namespace vcudnn {
 
 // `stream`: stream-ordered (cudaMallocAsync / cudaFreeAsync); nullopt: cudaMalloc / cudaFree.
-void* allocate_own(uint64_t bytes, std::optional<cudaStream_t> stream);
+// `one_call`: a workspace freed right after the call that uses it (Note [Workspace that lives for one
+// call], pool/workspace_pool.h): under ownership it is recorded and placed like the framework's buffers.
+void* allocate_own(uint64_t bytes, std::optional<cudaStream_t> stream, bool one_call = false);
+// Whether the process's device memory is owned (VCUDNN_POLICY=offload or microbatch+offload).
+bool memory_owned();
 void free_own(void* ptr, std::optional<cudaStream_t> stream);
 
 }  // namespace vcudnn

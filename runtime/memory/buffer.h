@@ -28,6 +28,9 @@ struct Buffer {
   uint64_t serial = 0;              // allocation sequence number (the access log's buffer id)
   bool large = false;               // whole granules of its own: evictable
   bool library = false;             // allocated by an NVIDIA library: never evicted
+  // vcudnn's own workspace for one call (Note [Workspace that lives for one call], pool/
+  // workspace_pool.h): recorded and placed as the framework's buffers are, never evicted.
+  bool scratch = false;
   bool indexed = false;             // in the manager's pointer index (not once tracking stopped)
   std::atomic<bool> pinned{false};  // a library keeps a pointer into it: never evicted
   std::atomic<BufferState> state{BufferState::kResident};

@@ -571,8 +571,22 @@ TEST_CASE("memory manager: library, pinned and in-use buffers are never evicted"
   // After the call, a (the older) can go.
   CHECK(m2.allocate(4 * kMiB, std::nullopt, Origin::kFramework));
   CHECK(m2.stats().evictions >= 1);
+
+  // vcudnn's workspace for one call (Note [Workspace that lives for one call]): never evicted, even
+  // as the least recently used buffer; the framework's buffer goes instead.
+  SimDevice dev3(kG, 4);
+  MemoryManager m3(dev3, dev3, dev3, config(4 * kG));
+  const auto scratch = m3.allocate(4 * kMiB, stream_n(1), Origin::kScratch);
+  const auto later = m3.allocate(4 * kMiB, stream_n(1), Origin::kFramework);
+  REQUIRE(scratch);
+  REQUIRE(later);
+  CHECK(m3.evict(*scratch) == EvictResult::kNotAllowed);
+  CHECK(m3.allocate(4 * kMiB, stream_n(1), Origin::kFramework));
+  CHECK(m3.stats().evictions_started >= 1);
+  CHECK(m3.evict(*later) == EvictResult::kAlreadyEvicted);  // it went: the scratch buffer may not
   dev.run_all();
   dev2.run_all();
+  dev3.run_all();
   CHECK_MSG_ERRORS(dev);
   CHECK_MSG_ERRORS(dev2);
 }

@@ -753,3 +753,40 @@ TEST_CASE("pool: 4 threads on 4 streams share the pool consistently", "[pool]") 
   CHECK(fake.count(Kind::kRelease) > frees);  // the destructor freed what was cached
   check_all_returned(fake);
 }
+
+TEST_CASE("pool: Holding::kReturn gives each block back when released, on the releasing stream", "[pool]") {
+  // Note [Workspace that lives for one call]
+  FakeBackend fake;
+  {
+    WorkspacePool pool(fake, 64 * kMiB, 16 * kMiB, kMiB, WorkspacePool::Holding::kReturn);
+    const StreamHandle s1 = stream_n(1), s2 = stream_n(2);
+    auto a = pool.acquire(s1, 3 * kMiB);
+    REQUIRE(a);
+    auto b = pool.acquire(s1, 2 * kMiB);  // two at once: two blocks
+    REQUIRE(b);
+    CHECK(b->ptr != a->ptr);
+    CHECK(pool.stats().reserved == 5 * kMiB);
+    pool.release(*a, s2);  // handed to another stream for its last work: freed there
+    const auto calls = fake.calls();
+    REQUIRE(calls.back().kind == Kind::kRelease);
+    CHECK(calls.back().ptr == a->ptr);
+    CHECK(calls.back().stream == s2);
+    CHECK(pool.stats().reserved == 2 * kMiB);
+    CHECK(fake.live().size() == 1);
+    pool.release(*b, s1);
+    CHECK(fake.live().empty());
+    CHECK(pool.stats().reserved == 0);
+    CHECK(pool.stats().peak_reserved == 5 * kMiB);
+    // Nothing kept: the next acquire allocates afresh, and needs no event and no wait.
+    auto c = pool.acquire(s1, kMiB);
+    REQUIRE(c);
+    CHECK(pool.stats().reused == 0);
+    CHECK(fake.count(Kind::kAllocate) == 3);
+    CHECK(fake.count(Kind::kCreateEvent) == 0);
+    CHECK(fake.count(Kind::kWait) == 0);
+    pool.release(*c, s1);
+    pool.release(*c, s1);  // a stale lease is harmless
+    CHECK(fake.count(Kind::kRelease) == 3);
+  }
+  check_all_returned(fake);
+}
