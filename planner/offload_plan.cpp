@@ -314,6 +314,30 @@ std::vector<uint64_t> simulate(const SpanModel& m, const std::vector<OffloadMove
   return out;
 }
 
+ConvWorkspace largest_conv_workspace(const Trace& trace) {
+  ConvWorkspace out;
+  for (const TraceCall& c : trace.calls) {
+    if (c.kind != CallKind::kConvolution || c.seq < trace.first_seq || c.seq >= trace.end_seq) continue;
+    const uint64_t ws = c.ptrs[kPtrWorkspace];
+    if (ws == 0) continue;
+    for (const BufferAccess& a : c.accesses) {
+      const TraceBuffer& b = trace.buffers[a.buffer];
+      if (b.address == ws && b.bytes > out.bytes) out = {b.bytes, c.seq};
+    }
+  }
+  return out;
+}
+
+// Note [Workspaces that decide the budget]
+std::string workspace_advice(const ConvWorkspace& workspace, uint64_t budget) {
+  if (workspace.bytes == 0 || workspace.bytes < budget / 10) return "";
+  return fmt::format(
+      "convolution workspaces reach {} (call {}, {:.0f}% of the budget), which no plan can move: "
+      "VCUDNN_POLICY=microbatch+offload with VCUDNN_WORKSPACE_LIMIT (512M, say) bounds them by running such "
+      "convolutions as micro-batches (results then differ by floating-point reassociation, no longer bitwise)",
+      mib(workspace.bytes), workspace.seq, 100.0 * static_cast<double>(workspace.bytes) / static_cast<double>(budget));
+}
+
 OffloadBound offload_bound(const SpanModel& m) {
   std::vector<OffloadMove> every;  // every gap taken: what stays is what no move can take
   for (const Gap& g : gaps_of(m)) every.push_back(move_of(g, g.next - 1));

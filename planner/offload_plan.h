@@ -128,6 +128,31 @@ OffloadBound offload_bound(const SpanModel& model);
 // Device bytes at every position with these moves.
 std::vector<uint64_t> simulate(const SpanModel& model, const std::vector<OffloadMove>& moves);
 
+// Note [Workspaces that decide the budget]
+// A convolution's workspace is a buffer of the iteration like any other, but it lives for one call,
+// so no plan can move it: where the framework's are large they are what a budget cannot go below,
+// and they take the room a plan needs to bring buffers back. On PyTorch's default path (cuDNN's
+// graph API, fp32) VGG-16 b64's backward convolutions of conv1 take 1.5 GiB each, at the end of the
+// backward pass: with the budget at 90 % of PyTorch's live peak the plan could bring the first
+// feature map back only a few calls before its use (1.45x PyTorch's step on the H100), and at 70 %
+// it was below the least budget any plan needed. Micro-batching bounds them: VCUDNN_POLICY=
+// microbatch+offload with VCUDNN_WORKSPACE_LIMIT=512M ran those convolutions as micro-batches in
+// vcudnn's workspace of at most 401 MiB, freed after each call (Note [Workspace that lives for
+// one call], pool/workspace_pool.h), and the step took 1.18x at 90 % and 2.40x at 70 %, without
+// fault-ins (2026-11-25). Micro-batching changes the order of floating-point sums, so it is the
+// user's choice, never made for them: the plan only says when it would help, from the largest
+// workspace a convolution of the iteration used.
+struct ConvWorkspace {
+  uint64_t bytes = 0;  // as requested; 0: no convolution of the span had a workspace buffer
+  uint64_t seq = 0;    // the convolution's
+};
+// Over the trace's iteration: the workspace buffer (among a convolution's accesses, at its
+// workspace pointer) with the most bytes.
+ConvWorkspace largest_conv_workspace(const Trace& trace);
+// The advice for a plan under `budget` when that workspace is at least a tenth of it (or ""), for
+// the log and `vcudnn plan`.
+std::string workspace_advice(const ConvWorkspace& workspace, uint64_t budget);
+
 // The host link's bandwidths (GB/s, pinned memory), for timing and for moDNN's scheduler.
 struct LinkModel {
   double device_to_host_gbps = 0;

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <mutex>
 
+#include "planner/offload_plan.h"
 #include "runtime/barrier.h"
 #include "runtime/decode_conv.h"
 #include "runtime/log.h"
@@ -63,7 +64,8 @@ RecorderConfig recorder_config(const Options& o) {
   c.trace_path = o.get(kTrace);
   if (features_of(o.policy).own_memory) {
     c.on_iteration = [policy = o.get(kOffloadPolicy), placement = o.get(kOffloadPlacement) != "off",
-                      partial = o.get(kOffloadPlacement) == "static"](const Trace& trace) {
+                      partial = o.get(kOffloadPlacement) == "static",
+                      microbatch = features_of(o.policy).microbatch](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;
       // Note [No placement beside unseen collectives]
@@ -76,6 +78,11 @@ RecorderConfig recorder_config(const Options& o) {
       }
       const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place, partial);
       if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);
+      // Note [Workspaces that decide the budget]: said, never done (it would change the numbers).
+      if (m->budget() && !microbatch) {
+        if (const std::string advice = workspace_advice(largest_conv_workspace(trace), *m->budget()); !advice.empty())
+          VCUDNN_LOG_INFO("offload: {}", advice);
+      }
     };
   }
   return c;

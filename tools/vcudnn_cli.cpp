@@ -284,6 +284,9 @@ int run_plan(PlanRequest q) {
              peak ? 100.0 * static_cast<double>(*budget) / static_cast<double>(peak) : 0.0);
   fmt::print("link: {:.1f} GB/s out, {:.1f} GB/s back, {:.1f} GB/s both ({}); calls without GPU time: {} ms each\n",
              link.device_to_host_gbps, link.host_to_device_gbps, link.both_gbps, link_from, q.call_ms);
+  // Note [Workspaces that decide the budget]
+  if (const std::string advice = workspace_advice(largest_conv_workspace(t), *budget); !advice.empty())
+    fmt::print("{}\n", advice);
   fmt::print(
       "| policy | fits | moves | moved out | peak | peak / budget | step (ms) | waits for copies back (ms) | waits for "
       "room (ms) | late copies back / out | x lower bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

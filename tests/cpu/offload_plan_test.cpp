@@ -665,3 +665,33 @@ TEST_CASE("offload plan: vcudnn within 1.15x of the lower bound on the shipped t
   CHECK(time.late_prefetches == 0);
   CHECK(time.step_ms <= 1.02 * time.compute_ms);
 }
+
+// Note [Workspaces that decide the budget]: the largest convolution workspace of the shipped
+// iterations (found as the accessed buffer at the convolution's workspace pointer; the graph API's
+// calls pass no workspace size), and the advice only where it is a tenth of the budget or more.
+TEST_CASE("offload plan: the largest convolution workspace, and when micro-batching is worth saying",
+          "[offload_plan]") {
+  auto vgg = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
+  auto resnet = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
+  REQUIRE(vgg.ok());
+  REQUIRE(resnet.ok());
+  const ConvWorkspace v = largest_conv_workspace(vgg.value());
+  CHECK(v.bytes == 1646379687);  // conv1_1's backward filter, 1570.1 MiB
+  CHECK(v.seq == 1584);
+  const ConvWorkspace r = largest_conv_workspace(resnet.value());
+  CHECK(r.bytes / (1 << 20) == 302);
+  CHECK(r.seq == 6933);
+  // The VGG iteration at the runtime's 90 % target: said, naming the policy and the call.
+  const std::string said = workspace_advice(v, 5395ull << 20);
+  CHECK(said.find("1570.1 MiB (call 1584, 29% of the budget)") != std::string::npos);
+  CHECK(said.find("VCUDNN_POLICY=microbatch+offload") != std::string::npos);
+  CHECK(workspace_advice(v, v.bytes * 10) != "");
+  CHECK(workspace_advice(v, v.bytes * 10 + 10) == "");
+  // ResNet-50 b64's 302 MiB against a 90 % budget (about 4.9 GiB): not worth saying.
+  CHECK(workspace_advice(r, 4900ull << 20) == "");
+  CHECK(workspace_advice({}, 1) == "");
+  // Outside the iteration nothing counts.
+  Trace none = vgg.value();
+  none.first_seq = none.end_seq;
+  CHECK(largest_conv_workspace(none).bytes == 0);
+}
