@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -38,6 +39,7 @@ struct Model {
   // backend lacks checkPoolLiveAllocations).
   std::string alloc_conf = kAllocConf;
   int steps = kSteps;
+  std::map<std::string, std::string> vcudnn_env = {};  // on top of VCUDNN_POLICY=offload (preloaded runs)
 };
 
 struct Run {
@@ -70,6 +72,7 @@ Run train(const Model& m, const std::string& tag, const TempDir& tmp, bool prelo
     env["VCUDNN_POLICY"] = "offload";
     env["VCUDNN_LOG_LEVEL"] = "info";
     env["VCUDNN_LOG_FILE"] = tmp.file(tag + ".log");
+    for (const auto& [key, value] : m.vcudnn_env) env[key] = value;
   }
   if (budget) env["VCUDNN_DEVICE_BUDGET"] = std::to_string(*budget);
   if (!trace.empty()) env["VCUDNN_TRACE"] = trace;
@@ -249,6 +252,11 @@ void check_planned(const Model& m, const std::vector<int>& percents, bool follow
   const Run alone = train(m, "alone", tmp, false);
   require_ran(m, alone);
   WARN(m.name << " batch " << m.batch << ", " << m.steps << " steps\n" << numbers(alone));
+  if (m.alone_twice) {  // the comparison below is bit for bit: PyTorch alone must repeat itself
+    const Run again = train(m, "again", tmp, false);
+    require_ran(m, again);
+    REQUIRE(again.result.at("losses") == alone.result.at("losses"));
+  }
   const Run owned = train(m, "owned", tmp, true);
   require_ran(m, owned);
   require_owned(owned);
@@ -273,6 +281,11 @@ void check_planned(const Model& m, const std::vector<int>& percents, bool follow
       continue;
     }
     CHECK(planned);
+    // Below the least budget any plan needs, the plan brings the other calls under what it can and
+    // on-demand eviction covers the rest; each iteration that needed it makes the plan again with
+    // more room (Note [Room the plan leaves]), so it is not followed for long: the losses and the
+    // budget above are what must hold.
+    if (!grep(r.log, "calls that need more are served by on-demand eviction").empty()) continue;
     CHECK(exit_count(r, "iterations").value_or(0) >= 2);  // followed to the end of at least two
     CHECK(exit_count(r, "offloads").value_or(0) > 0);
     CHECK(exit_count(r, "prefetches").value_or(0) > 0);
@@ -288,6 +301,67 @@ TEST_CASE(
   Model m{"resnet50", 32};
   m.steps = 10;  // recorded by the fifth (Note [A steady iteration]), followed from the sixth
   check_planned(m, {70, 50});
+}
+
+// VGG-16 b32 in this deterministic setting takes convolution workspaces of up to 2.4 GiB (the H100,
+// 2026-11-25), so that no plan brings every call below 75 % of its peak: at 90 % the plan is
+// followed; at 50 % it brings the other calls under what it can and on-demand eviction covers the
+// rest. (At 80 %, 6 % above that least budget, each plan needed on-demand help in its first
+// iteration and was made again with more room until it fell below it.) The losses stay PyTorch's.
+TEST_CASE(
+    "vgg16 under planned offload at 90% and 50%: the recorded iteration's plan replayed (with on-demand eviction "
+    "below the least budget of a plan), losses bit-identical, the budget held",
+    "[pytorch][offload][replay]") {
+  Model m{"vgg16", 32};
+  m.steps = 10;
+  m.alone_twice = true;
+  check_planned(m, {90, 50});
+}
+
+// Note [Workspaces that decide the budget] (planner/offload_plan.h): with micro-batching (its
+// workspace for one call: Note [Workspace that lives for one call]) VGG-16 on PyTorch's default
+// path trains under a budget that the plan covers without on-demand help once it is followed. Not
+// bitwise: micro-batches sum in another order. fp32 without TF32: the first loss (forward only,
+// same weights) differs by reassociation alone; later ones drift through SGD (the legacy path's
+// micro-batching test in pytorch_test.cpp measured it).
+TEST_CASE(
+    "vgg16 under micro-batching and planned offload at 70% on the default path: the plan with its static "
+    "placement, workspaces for one call, the budget held, losses within reassociation",
+    "[pytorch][offload][replay][microbatch]") {
+  TempDir tmp;
+  Model m{"vgg16", 32};
+  m.steps = 10;
+  const Run alone = train(m, "alone", tmp, false);
+  require_ran(m, alone);
+  const auto& live_json = alone.result.at("max_memory_allocated");
+  REQUIRE(live_json.is_number());
+  const uint64_t budget = live_json.get<uint64_t>() * 70 / 100;
+  m.vcudnn_env = {{"VCUDNN_POLICY", "microbatch+offload"},
+                  {"VCUDNN_WORKSPACE_LIMIT", "64M"},
+                  {"VCUDNN_CACHE", tmp.file("bench.sqlite")}};
+  const Run r = train(m, "mb70", tmp, true, budget);
+  require_ran(m, r);
+  require_owned(r);
+  WARN("70% = " << budget / kMiB << " MiB: " << numbers(alone) << "\n" << numbers(r));
+  INFO(describe(r));
+  CHECK(mem_stat(r, "peakMappedBytes") <= budget);
+  CHECK(exit_count(r, "graph_executed").value_or(0) > 0);  // convolutions ran as vcudnn's micro-batches
+  CHECK(exit_count(r, "graph_passthrough") == std::optional<uint64_t>(0));
+  CHECK(exit_count(r, "graph_errors") == std::optional<uint64_t>(0));
+  CHECK(!grep(r.log, "offload: vcudnn plan from the recorded iteration").empty());
+  CHECK(!grep(r.log, "; a static placement: ").empty());
+  CHECK(grep(r.log, "convolution workspaces reach").empty());  // micro-batching is on: nothing to advise
+  CHECK(exit_count(r, "iterations").value_or(0) >= 2);
+  CHECK(exit_count(r, "offloads").value_or(0) > 0);
+  CHECK(exit_count(r, "replans") == std::optional<uint64_t>(0));  // the plan needed no on-demand help
+  std::vector<double> a, b;
+  for (const auto& x : alone.result.at("loss_values")) a.push_back(x.get<double>());
+  for (const auto& x : r.result.at("loss_values")) b.push_back(x.get<double>());
+  REQUIRE(a.size() == b.size());
+  REQUIRE(!a.empty());
+  const auto gap = [&](size_t i) { return std::abs(a[i] - b[i]) / std::abs(a[i]); };
+  CHECK(gap(0) <= 1e-5);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(gap(i) <= 0.1);
 }
 
 // Note [A recorder without cuDNN calls]: a transformer calls no cuDNN; its iteration is found from
