@@ -20,6 +20,7 @@ STYLE = {  # policy: (label, marker, colour)
     "vcudnn": ("vcudnn (its plan, replayed)", "o", "tab:blue"),
     "vcudnn-whole": ("vcudnn, whole buffers", "o", "tab:cyan"),
     "vcudnn-arena": ("vcudnn, no static placement", "o", "tab:purple"),
+    "vcudnn-mb": ("vcudnn, microbatch+offload", "h", "tab:pink"),
     "vdnn-conv": ("vDNN conv", "s", "tab:orange"),
     "vdnn-all": ("vDNN all", "D", "tab:red"),
     "modnn": ("moDNN", "v", "tab:brown"),
