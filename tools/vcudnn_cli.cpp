@@ -230,7 +230,31 @@ struct PlanRequest {
   bool whole_moves = false;
   double d2h_gbps = 0, h2d_gbps = 0, both_gbps = 0;  // 0: the trace's, else kAssumedLink
   double call_ms = 0;                                // a call the trace did not time
+  std::string workspace_limit;                       // what if micro-batching bounded the workspaces
 };
+
+// `--workspace-limit`: the iteration as if micro-batching (VCUDNN_POLICY=microbatch+offload) held each
+// convolution's workspace to `limit` (Note [Workspaces that decide the budget]): every workspace
+// buffer above it (the accessed buffer at a convolution's workspace pointer) shrinks to it. A what-if
+// of memory only: the calls keep their recorded GPU times, though micro-batches may run slower or
+// faster. Returns how many buffers shrank and the bytes they gave up at most.
+std::pair<size_t, uint64_t> bound_workspaces(Trace& t, uint64_t limit) {
+  std::vector<bool> shrunk(t.buffers.size(), false);
+  std::pair<size_t, uint64_t> out{0, 0};
+  for (const TraceCall& c : t.calls) {
+    if (c.kind != CallKind::kConvolution || c.seq < t.first_seq || c.seq >= t.end_seq) continue;
+    for (const BufferAccess& a : c.accesses) {
+      TraceBuffer& b = t.buffers[a.buffer];
+      if (c.ptrs[kPtrWorkspace] == 0 || b.address != c.ptrs[kPtrWorkspace] || b.bytes <= limit || shrunk[a.buffer])
+        continue;
+      shrunk[a.buffer] = true;
+      ++out.first;
+      out.second = std::max(out.second, b.bytes - limit);
+      b.bytes = limit;
+    }
+  }
+  return out;
+}
 
 int run_plan(PlanRequest q) {
   auto r = read_trace(q.path);
@@ -238,7 +262,19 @@ int run_plan(PlanRequest q) {
     fmt::print(stderr, "error: {}\n", r.error().message);
     return 1;
   }
-  const Trace& t = r.value();
+  Trace& t = r.value();
+  if (!q.workspace_limit.empty()) {
+    const auto limit = pool::parse_budget(q.workspace_limit, 0);
+    if (!limit || q.workspace_limit.back() == '%') {
+      fmt::print(stderr, "error: --workspace-limit {}: expected bytes (K/M/G/T)\n", q.workspace_limit);
+      return 2;
+    }
+    const auto [buffers, most] = bound_workspaces(t, *limit);
+    fmt::print(
+        "workspace limit {}: {} convolution workspaces bounded (the largest by {}), as micro-batching would; GPU "
+        "times as recorded\n",
+        mib_text(*limit), buffers, mib_text(most));
+  }
   if (t.buffers.empty()) {
     fmt::print(stderr, "error: {} has no buffers (recorded without memory ownership: VCUDNN_POLICY=offload)\n", q.path);
     return 1;
@@ -537,6 +573,9 @@ int main(int argc, char** argv) {
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");
   plan->add_option("--call-ms", plan_request.call_ms, "GPU time of a call the trace did not time (default 0)");
+  plan->add_option("--workspace-limit", plan_request.workspace_limit,
+                   "plan the iteration as if micro-batching (VCUDNN_POLICY=microbatch+offload) held every convolution "
+                   "workspace to these bytes (K/M/G/T); the calls keep their recorded GPU times");
   vcudnn::launcher::Request request;
   auto* run = add_run_command(app, request);
   request.command = split_command(argc, argv);

@@ -695,3 +695,33 @@ TEST_CASE("offload plan: the largest convolution workspace, and when micro-batch
   none.first_seq = none.end_seq;
   CHECK(largest_conv_workspace(none).bytes == 0);
 }
+
+// `vcudnn plan --workspace-limit`: the shipped VGG-16 iteration as if micro-batching held every
+// convolution workspace to 512 MiB. Its least budget (4031.5 MiB, from 4819.5) is what the H100
+// measured for the iteration recorded under microbatch+offload at that limit (2026-11-25); the
+// advice is then silent (no workspace is a tenth of the budget), and a percentage is refused.
+TEST_CASE("vcudnn plan --workspace-limit: the iteration with its convolution workspaces bounded",
+          "[offload_plan][cli]") {
+  const std::string cli = test::exe_dir() + "/vcudnn";
+  const std::string vgg = test::source_dir() + "/tests/data/vgg16_b64_trace.json";
+  const auto plain = test::run_process({cli, "plan", vgg, "--budget", "5395M", "--policy", "vcudnn"}, {});
+  INFO(plain.out << plain.err);
+  CHECK(plain.exit_code == 0);
+  CHECK_THAT(plain.out, Catch::Contains("least budget any plan needs: 4819.5 MiB"));
+  CHECK_THAT(plain.out, Catch::Contains("convolution workspaces reach 1570.1 MiB"));
+  const auto bounded =
+      test::run_process({cli, "plan", vgg, "--budget", "5395M", "--policy", "vcudnn", "--workspace-limit", "512M"}, {});
+  INFO(bounded.out << bounded.err);
+  CHECK(bounded.exit_code == 0);
+  CHECK_THAT(bounded.out, Catch::Contains("workspace limit 512.0 MiB: 8 convolution workspaces bounded (the largest "
+                                          "by 1058.1 MiB)"));
+  CHECK_THAT(bounded.out, Catch::Contains("least budget any plan needs: 4031.5 MiB"));
+  CHECK_THAT(bounded.out, !Catch::Contains("convolution workspaces reach"));
+  // Below the bounded least budget, as below any least budget: refused, naming it.
+  const auto below =
+      test::run_process({cli, "plan", vgg, "--budget", "4000M", "--policy", "vcudnn", "--workspace-limit", "512M"}, {});
+  CHECK(below.exit_code == 3);
+  const auto pct = test::run_process({cli, "plan", vgg, "--workspace-limit", "5%"}, {});
+  CHECK(pct.exit_code == 2);
+  CHECK_THAT(pct.err, Catch::Contains("--workspace-limit 5%"));
+}
