@@ -1171,6 +1171,7 @@ bool MemoryManager::on_hits(const pool::HitList& hits, Access mode, StreamRef st
       settle_restore(b, stream);
     }
   }
+  if (OpSink* sink = recording_sink()) sink->waited();  // Note [GPU time without the waits for memory]
   return true;
 }
 

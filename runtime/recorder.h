@@ -49,6 +49,7 @@ class Recorder : public memory::OpSink {
   void freed(const memory::BufferRef& buffer, std::optional<cudaStream_t> stream) noexcept override;
   void used(const char* api, std::optional<cudaStream_t> stream, const memory::BufferUse* uses,
             size_t n) noexcept override;
+  void waited() noexcept override;
 
   // Still recording (no iteration found yet, limit not reached).
   bool active() const { return active_.load(std::memory_order_relaxed); }

@@ -32,6 +32,10 @@ class OpSink {
   virtual void freed(const BufferRef& buffer, std::optional<cudaStream_t> stream) noexcept = 0;
   // A call (`api`: the hook's name) used these buffers.
   virtual void used(const char* api, std::optional<cudaStream_t> stream, const BufferUse* uses, size_t n) noexcept = 0;
+  // The buffers just reported for this thread's call in progress were brought back from the host:
+  // its stream waits for the copies (or the host waited), so its GPU time starts only now (Note
+  // [GPU time without the waits for memory], recorder.cpp).
+  virtual void waited() noexcept {}
   // Called on the access path with no lock of the manager's held, also after recording stopped:
   // the recorder finishes its iteration there (and may install an offload plan).
   virtual void poll() noexcept {}
