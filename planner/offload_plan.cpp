@@ -607,13 +607,15 @@ size_t schedule_prefetches(const Trace& trace, const SpanModel& m, OffloadPlan& 
 }
 
 PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan& plan, const LinkModel& link,
-                       double default_call_ms, const std::vector<Handover>& handovers) {
+                       double default_call_ms, const std::vector<Handover>& handovers,
+                       const std::vector<bool>& pooled) {
   PlanTimeline t;
   const size_t n = m.seqs.size();
   const std::vector<double> duration = durations(trace, m, default_call_ms, &t.untimed_calls);
   // Bytes per millisecond.
   const double d2h = bytes_per_ms(link.device_to_host_gbps), h2d = bytes_per_ms(link.host_to_device_gbps);
-  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n), handed_at(n);
+  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n);
+  std::vector<std::vector<std::pair<size_t, uint64_t>>> handed_at(n);  // (move, bytes it must have read)
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     out_after[plan.moves[i].out_after].push_back(i);
     back_at[plan.moves[i].prefetch_at].push_back(i);
@@ -621,8 +623,9 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
   }
   for (const Handover& h : handovers)
     if (h.call < n && h.move < plan.moves.size() && plan.moves[h.move].out_after < h.call)
-      handed_at[h.call].push_back(h.move);
-  std::vector<double> out_end(plan.moves.size(), 0), back_end(plan.moves.size(), 0);
+      handed_at[h.call].push_back(
+          {h.move, h.upto ? std::min(h.upto, plan.moves[h.move].bytes) : plan.moves[h.move].bytes});
+  std::vector<double> out_start(plan.moves.size(), 0), out_end(plan.moves.size(), 0), back_end(plan.moves.size(), 0);
   const std::vector<uint64_t> present = simulate(m, plan.moves);
   std::vector<std::pair<double, uint64_t>> pending;  // copies out not ended: (end, bytes)
   t.call_start_ms.assign(n, 0);
@@ -649,7 +652,7 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
     uint64_t held = present[p];
     for (size_t i = 0; i < plan.moves.size(); ++i) {
       const OffloadMove& mv = plan.moves[i];
-      if (mv.first_absent() <= p && p <= mv.last_absent() && out_end[i] > ready) {
+      if ((i >= pooled.size() || !pooled[i]) && mv.first_absent() <= p && p <= mv.last_absent() && out_end[i] > ready) {
         pending.emplace_back(out_end[i], mv.bytes);
         held += mv.bytes;
       }
@@ -663,7 +666,8 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
         until = end;
       }
     }
-    for (size_t i : handed_at[p]) until = std::max(until, out_end[i]);  // its bytes, once read
+    for (const auto& [i, upto] : handed_at[p])  // its bytes, once read (Note [Copies out in pieces])
+      until = std::max(until, out_start[i] + static_cast<double>(upto) / d2h);
     if (until > ready) {
       ++t.room_waits;
       t.room_ms += until - ready;
@@ -675,6 +679,7 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
     t.compute_ms += duration[p];
     for (size_t i : out_after[p]) {
       const double start = std::max(now, d2h_free);
+      out_start[i] = start;
       out_end[i] = start + static_cast<double>(plan.moves[i].bytes) / d2h;
       d2h_free = out_end[i];
       t.copies_out.push_back({i, start, out_end[i]});

@@ -111,10 +111,16 @@ struct Placement {
 inline constexpr size_t kMaxSegments = 4;
 
 // By life: the calls (closed intervals, ascending) during which its copy out is still reading the
-// bytes of its moving part, though the plan has it off the device.
-using CopyWindows = std::vector<std::vector<std::pair<size_t, size_t>>>;
+// bytes of its moving part, though the plan has it off the device: `whole`, until the copy ends;
+// `pieces[k]`, until it has read piece k (its moving part's bytes from k * kCopyPiece on: Note
+// [Copies out in pieces]).
+struct CopyWindow {
+  std::vector<std::pair<size_t, size_t>> whole;
+  std::vector<std::vector<std::pair<size_t, size_t>>> pieces;
+};
+using CopyWindows = std::vector<CopyWindow>;
 // In time_plan()'s timeline `t` of `plan`: from each move's first absent call to the last that starts
-// before its copy out ends.
+// before its copy out ends (has read the piece).
 CopyWindows copy_windows(const SpanModel& model, const OffloadPlan& plan, const PlanTimeline& t);
 
 // Lays out the span's placeable buffers under `moves` (an offload plan's, or none). `fit` (0: none):

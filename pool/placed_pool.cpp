@@ -237,7 +237,7 @@ bool PlacedPool::unmap_slot(SlotState& s) {
 
 PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* waits,
                                     const std::function<bool(const void*)>& may_hand_over,
-                                    std::vector<const void*>* handed_over) {
+                                    std::vector<HandOver>* handed_over) {
   try {
     if (!placed(slot) || !owner) return Result::kFailed;
     SlotState& s = slots_[slot];
@@ -252,11 +252,17 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
     if (!create_blocks(s)) return Result::kFailed;
     if (!map_slot(s)) return Result::kFailed;
     each_granule(s, Part::kAll, [&](uint64_t g) {
-      if (owner_[g]) {
-        if (handed_over && std::find(handed_over->begin(), handed_over->end(), owner_[g]) == handed_over->end()) {
-          handed_over->push_back(owner_[g]);
+      if (owner_[g] && handed_over) {
+        const void* from = owner_[g];
+        auto it =
+            std::find_if(handed_over->begin(), handed_over->end(), [&](const HandOver& h) { return h.owner == from; });
+        if (it == handed_over->end()) {
+          it = handed_over->insert(handed_over->end(), HandOver{from, 0});
           ++stats_.handovers;
         }
+        // A granule not in its moving part (cannot happen: kept parts never change hands): all of it.
+        const std::optional<uint64_t> rank = moving_rank(from, g);
+        it->reach = std::max(it->reach, rank ? (*rank + 1) * g_ : UINT64_MAX);
       }
       if (waits) waits->merge(tags_[g]);
       tags_[g].clear();
@@ -328,6 +334,18 @@ void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* wai
     tags_[g].clear();
     owner_[g] = owner;
   });
+}
+
+std::optional<uint64_t> PlacedPool::moving_rank(const void* owner, uint64_t g) const {
+  for (const SlotState& s : slots_) {
+    if (s.owner != owner) continue;
+    uint64_t at = 0;
+    for (const Segment& seg : s.segs) {
+      if (at >= s.kept && seg.offset <= g && g < seg.offset + seg.granules) return at - s.kept + (g - seg.offset);
+      at += seg.granules;
+    }
+  }
+  return std::nullopt;
 }
 
 PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet* waits) {

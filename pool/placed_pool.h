@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -73,13 +74,20 @@ class PlacedPool {
   uint64_t missing_bytes(uint32_t slot) const;
 
   enum class Result { kOk, kBusy, kFailed };
+  // A buffer being copied out whose pool granules a new buffer took, and how far into its moving
+  // part (bytes from its start, in its range's order) they reach: the new buffer writes once its
+  // copy out has read that far (Note [Copies out in pieces], planner/offload_plan.h).
+  struct HandOver {
+    const void* owner = nullptr;
+    uint64_t reach = 0;
+  };
   // The slot for a new buffer `owner`. kBusy (nothing changes) when its range is in use or detached,
   // or a pool granule of it is held by a buffer `may_hand_over` refuses; kFailed when a block could
   // not be created or the range not mapped (nothing held). On kOk: the granules are `owner`'s,
   // `waits` gets the tags of those who gave them back, `handed_over` the buffers whose granules it
   // took (the caller orders the owner after their copies out).
   Result take(uint32_t slot, const void* owner, TagSet* waits, const std::function<bool(const void*)>& may_hand_over,
-              std::vector<const void*>* handed_over);
+              std::vector<HandOver>* handed_over);
   // The buffer in the slot is freed with `tags`: its granules (those still its) are free carrying
   // them; a detached extent goes once they are settled (reap).
   void release(uint32_t slot, const void* owner, const TagSet& tags);
@@ -153,6 +161,9 @@ class PlacedPool {
   // Some granule of its moving part (counted busy).
   bool held_by_another(const SlotState& s, const void* owner);
   void own_granules(const SlotState& s, const void* owner, TagSet* waits);  // its moving part's; tags into `waits`
+  // Pool granule `g`'s place in the moving part of the slot whose buffer is `owner` (granules from
+  // its start), or nullopt.
+  std::optional<uint64_t> moving_rank(const void* owner, uint64_t g) const;
 
   PhysicalBackend& backend_;
   uint64_t g_ = 0;

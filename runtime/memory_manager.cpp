@@ -54,6 +54,7 @@ MemoryManager::MemoryManager(pool::PhysicalBackend& physical, pool::HostBackend&
   // Pinned memory up front: cudaHostAlloc is slow and synchronising, never on the hot path.
   if (config_.device_budget && arena_.ok()) host_.reserve(config_.host_budget);
   residency_.time_copies_back(config_.log_iterations);
+  residency_.set_copy_piece(config_.copy_piece_bytes);
 }
 
 MemoryManager::~MemoryManager() = default;
@@ -78,6 +79,8 @@ void MemoryManager::recycle(Buffer* b) {
   b->in_use.store(0);
   b->ready = {};
   b->copied_out = {};
+  b->copied_pieces.clear();
+  b->piece_bytes = 0;
   b->restoring.store(false);
   b->streams.store(0);
   b->pinned.store(false);
@@ -923,7 +926,7 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
   }
   Buffer* b = new_buffer();
   pool::TagSet waits;
-  std::vector<const void*> over;
+  std::vector<pool::PlacedPool::HandOver> over;
   const auto may_hand_over = [](const void* owner) {
     const Buffer* x = static_cast<const Buffer*>(owner);
     return x->state.load() == BufferState::kEvicting && x->copied_out.stream != 0;
@@ -938,9 +941,9 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
     ++counters_.placed_fallbacks;
     return std::nullopt;
   }
-  for (const void* owner : over) {
-    Buffer* x = const_cast<Buffer*>(static_cast<const Buffer*>(owner));
-    waits.add(x->copied_out);  // the new owner writes once the copy has read the bytes
+  for (const pool::PlacedPool::HandOver& h : over) {
+    Buffer* x = const_cast<Buffer*>(static_cast<const Buffer*>(h.owner));
+    waits.add(copied_up_to(*x, h.reach));  // the new owner writes once the copy has read the bytes
     x->handed_over = true;
   }
   order_new_owner(waits, stream);

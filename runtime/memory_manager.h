@@ -54,6 +54,9 @@ struct ManagerConfig {
   uint64_t device_total = 0;              // the card's memory
   uint64_t host_budget = 0;               // pinned host memory for evicted buffers
   uint64_t host_slab_bytes = pool::HostPool::kDefaultSlabBytes;
+  // A placed buffer's copy out in pieces of this many bytes, each fenced (Note [Copies out in
+  // pieces], planner/offload_plan.h); 0: whole.
+  uint64_t copy_piece_bytes = kCopyPiece;
   uint64_t reserve_bytes = 0;  // the arena's VA range (0: 4 x device_total + host_budget)
   bool access_log = false;     // keep the first accesses for VCUDNN_TRACE's path.memory.json
   bool log_iterations = false;  // VCUDNN_LOG_ITERATIONS: one line per iteration the plan followed

@@ -42,6 +42,10 @@ struct Buffer {
   std::atomic<bool> restoring{false};
   pool::FreeTag ready;                // the restore copy's end on the in stream
   pool::FreeTag copied_out;           // the eviction copy's end on the out stream
+  // A placed buffer's copy out in pieces (Note [Copies out in pieces], planner/offload_plan.h): the
+  // end of each, in order, piece k its moving part's bytes [k * piece_bytes, (k + 1) * piece_bytes).
+  std::vector<pool::FreeTag> copied_pieces;
+  uint64_t piece_bytes = 0;
   std::vector<pool::HostBlock> host;  // where its bytes are while evicting / evicted
   int32_t prefetch_action = -1;       // a planned copy back in flight: its action (replay.h)
   // Freed and kept whole for reuse on its stream (reuse_cache.h): not live, still the arena's.
@@ -60,5 +64,13 @@ struct Buffer {
   uint64_t moving_address() const { return address + kept; }
   uint64_t moving_bytes() const { return bytes - kept; }
 };
+
+// Where in the out stream's order its copy out has read the first `bytes` of its moving part: the
+// end of the piece holding its last byte, else of the whole copy.
+inline pool::FreeTag copied_up_to(const Buffer& b, uint64_t bytes) {
+  if (b.piece_bytes == 0 || bytes == 0) return b.copied_out;
+  const uint64_t piece = (bytes - 1) / b.piece_bytes;
+  return piece < b.copied_pieces.size() ? b.copied_pieces[piece] : b.copied_out;
+}
 
 }  // namespace vcudnn::memory

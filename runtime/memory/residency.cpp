@@ -56,16 +56,31 @@ std::vector<Buffer*> Residency::start_eviction(const std::vector<Buffer*>& victi
   bool ok = true;
   for (uint32_t id : order_.ids_in(streams)) ok = order_.order_after_queued(transfer, id) && ok;
   if (last_in_ && !order_.settled(*last_in_) && !order_.order(transfer, *last_in_)) order_.wait_host(*last_in_);
+  bool fenced = false;  // the last copy queued ends with a fence of its own
   for (Buffer* b : started) {
+    // Note [Copies out in pieces]: a placed buffer's bytes may change hands as they are read.
+    b->copied_pieces.clear();
+    b->piece_bytes = b->placed_pool ? piece_ : 0;
+    const uint64_t piece = b->piece_bytes ? b->piece_bytes : UINT64_MAX;
     uint64_t off = 0;
     for (const pool::HostBlock& h : b->host) {
       const uint64_t n = std::min(h.bytes, b->moving_bytes() - off);
-      ok = ok && device_.copy_to_host(h.ptr, b->moving_address() + off, n);
+      for (uint64_t done = 0; ok && done < n;) {
+        const uint64_t step = std::min(n - done, piece - (off + done) % piece);
+        ok = device_.copy_to_host(static_cast<char*>(h.ptr) + done, b->moving_address() + off + done, step);
+        done += step;
+        fenced = false;
+        if (b->piece_bytes && ((off + done) % piece == 0 || off + done == b->moving_bytes())) {
+          b->copied_pieces.push_back(order_.mark(out_id_));
+          order_.fence(out_id_);
+          fenced = true;
+        }
+      }
       off += n;
     }
   }
-  const pool::FreeTag end = order_.mark(out_id_);
-  order_.fence(out_id_);  // Note [Exact fences for vcudnn's copies]
+  const pool::FreeTag end = fenced ? started.back()->copied_pieces.back() : order_.mark(out_id_);
+  if (!fenced) order_.fence(out_id_);  // Note [Exact fences for vcudnn's copies]
   for (Buffer* b : started) {
     if (!ok) {
       drop_host_copy(b);

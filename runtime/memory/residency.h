@@ -40,6 +40,9 @@ class Residency {
  public:
   Residency(pool::VmmArena& arena, pool::HostPool& host, Device& device, StreamOrder& order);
 
+  // A placed buffer's copy out goes in pieces of `bytes` (0: whole), each with a fence of its own
+  // (Buffer::copied_pieces; Note [Copies out in pieces], planner/offload_plan.h).
+  void set_copy_piece(uint64_t bytes) { piece_ = bytes; }
   // Starts the eviction of each victim that can get host memory; returns those (now kEvicting).
   std::vector<Buffer*> start_eviction(const std::vector<Buffer*>& victims);
   // A kEvicting buffer whose copy has finished is unmapped (kEvicted): true. false while the copy
@@ -108,6 +111,7 @@ class Residency {
   };
   Event timed_event();
   bool time_back_ = false;
+  uint64_t piece_ = 0;  // set_copy_piece
   std::deque<Timing> timings_;
   std::vector<Event> spare_events_, all_events_;
 };

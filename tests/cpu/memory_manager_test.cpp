@@ -364,6 +364,58 @@ TEST_CASE("residency: waiting for one copy out does not wait for the copies queu
   CHECK_MSG_ERRORS(dev);
 }
 
+// Note [Copies out in pieces]: a placed buffer's copy out is fenced piece by piece, and a buffer given
+// its first bytes waits for the pieces holding them alone; one given later bytes waits for theirs.
+TEST_CASE("residency: a placed buffer's copy out goes in pieces, each waited for alone", "[memory]") {
+  ResidencyRig rig;
+  auto& [dev, arena, host, order, residency] = rig;
+  REQUIRE(host.reserve(64 * kMiB));
+  residency.set_copy_piece(2 * kG);
+  const Stream s = stream_n(1), first = stream_n(2), later = stream_n(3);
+  const Stream out = dev.out_stream();
+  pool::PlacedPool placed(dev, kG, {0, 4}, {{0, 4, 0, {}}});
+  REQUIRE(placed.ok());
+  Buffer x;
+  pool::TagSet waits;
+  REQUIRE(placed.take(
+              0, &x, &waits, [](const void*) { return false; }, nullptr) == pool::PlacedPool::Result::kOk);
+  x.address = placed.address(0), x.bytes = 4 * kG, x.span = 4 * kG, x.large = true;
+  x.placed_pool = &placed;
+  x.streams.store(StreamOrder::bit_of(order.id_of(s)));
+  dev.write(s, x.address, x.bytes, 5);
+  x.state.store(BufferState::kEvicting);
+  REQUIRE(residency.start_eviction({&x}).size() == 1);
+  REQUIRE(x.copied_pieces.size() == 2);
+  CHECK(x.piece_bytes == 2 * kG);
+  CHECK(x.copied_pieces.back() == x.copied_out);
+  CHECK(copied_up_to(x, kG) == x.copied_pieces[0]);
+  CHECK(copied_up_to(x, 2 * kG) == x.copied_pieces[0]);
+  CHECK(copied_up_to(x, 2 * kG + 1) == x.copied_pieces[1]);
+  // New owners of its first granule and of its third, each ordered after what it takes alone.
+  REQUIRE(order.order(first, copied_up_to(x, kG)));
+  dev.write(first, x.address, kG, 9);
+  REQUIRE(order.order(later, copied_up_to(x, 3 * kG)));
+  dev.write(later, x.address + 2 * kG, kG, 9);
+  dev.run_stream(s);
+  while (dev.queued(first) && dev.run_stream(out, 1)) dev.run_stream(first);
+  CHECK(dev.queued(first) == 0);
+  CHECK(dev.queued(out) > 0);  // the second piece is still to be copied
+  dev.run_stream(later);
+  CHECK(dev.queued(later) > 0);  // it waits for the second piece
+  dev.run_all();
+  // The host copy holds what x held, whatever the new owners wrote since.
+  uint64_t off = 0;
+  for (const pool::HostBlock& h : x.host) {
+    const uint64_t n = std::min(h.bytes, x.bytes - off);
+    dev.copy_to_device(x.address + off, h.ptr, n);
+    off += n;
+  }
+  REQUIRE(order.order(s, order.mark(order.id_of(dev.in_stream()))));
+  dev.check(s, x.address, x.bytes, 5);
+  dev.run_all();
+  CHECK_MSG_ERRORS(dev);
+}
+
 // Note [Timing the waits for vcudnn's copies]: how long a stream stood still for a copy is read
 // from the device's clock; the host's view (copy not done when the wait was queued) says nothing.
 TEST_CASE("residency: a wait for a copy is timed on the device", "[memory]") {

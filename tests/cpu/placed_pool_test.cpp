@@ -38,7 +38,7 @@ TEST_CASE("placed pool: slots sharing pool bytes show the same bytes, each throu
   CHECK(p.missing_bytes(0) == 6 * kG);  // both blocks
   int a = 0, b = 0;
   pool::TagSet waits;
-  std::vector<const void*> over;
+  std::vector<PlacedPool::HandOver> over;
   REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
   CHECK(p.held_bytes() == 6 * kG);
   CHECK(p.missing_bytes(2) == 0);
@@ -84,14 +84,15 @@ TEST_CASE(
   PlacedPool p = make(dev);
   int a = 0, b = 0;
   pool::TagSet waits;
-  std::vector<const void*> over;
+  std::vector<PlacedPool::HandOver> over;
   REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
   dev.write(kS, p.address(0), 4 * kG, 5);
   // `a` is being copied out: the caller lets `b` take its bytes.
   REQUIRE(p.take(
               1, &b, &waits, [&](const void* o) { return o == &a; }, &over) == PlacedPool::Result::kOk);
   REQUIRE(over.size() == 1);
-  CHECK(over[0] == &a);
+  CHECK(over[0].owner == &a);
+  CHECK(over[0].reach == 2 * kG);  // its first two granules
   dev.run_all();
   // The copy out has finished: `a`'s range goes; the granules `b` took stay `b`'s.
   pool::TagSet out;
@@ -136,7 +137,7 @@ TEST_CASE("placed pool: a slot still mapped takes its handed-over bytes back wit
   PlacedPool p = make(dev);
   int a = 0, b = 0;
   pool::TagSet waits;
-  std::vector<const void*> over;
+  std::vector<PlacedPool::HandOver> over;
   REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
   REQUIRE(p.take(
               1, &b, &waits, [&](const void* o) { return o == &a; }, &over) == PlacedPool::Result::kOk);
@@ -165,7 +166,7 @@ TEST_CASE("placed pool: a steady loop of the same slots maps nothing after the f
   for (int round = 0; round < 5; ++round) {
     pool::TagSet waits, tags;
     tags.add({1, static_cast<uint64_t>(round + 1)});
-    std::vector<const void*> over;
+    std::vector<PlacedPool::HandOver> over;
     REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
     REQUIRE(p.take(2, &c, &waits, never, &over) == PlacedPool::Result::kOk);
     p.release(0, &a, tags);
@@ -192,7 +193,7 @@ TEST_CASE("placed pool: a slot that keeps part of itself leaves and comes back w
   CHECK(p.kept_bytes(1) == 0);
   int a = 0, b = 0, c = 0;
   pool::TagSet waits;
-  std::vector<const void*> over;
+  std::vector<PlacedPool::HandOver> over;
   REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
   dev.write(kS, p.address(0), 2 * kG, 3);           // the kept part
   dev.write(kS, p.address(0) + 2 * kG, 2 * kG, 4);  // the moving part
@@ -263,7 +264,7 @@ TEST_CASE("placed pool: a slot in pieces shows them in its order, and its moving
   CHECK(p.kept_bytes(0) == 2 * kG);
   int a = 0, b = 0, c = 0;
   pool::TagSet waits;
-  std::vector<const void*> over;
+  std::vector<PlacedPool::HandOver> over;
   REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
   CHECK(p.held_bytes() == 4 * kG);  // its two blocks, not [2,4)
   for (uint32_t k = 0; k < 4; ++k) dev.write(kS, p.address(0) + k * kG, kG, 10 + k);
@@ -289,4 +290,32 @@ TEST_CASE("placed pool: a slot in pieces shows them in its order, and its moving
   dev.run_all();
   INFO(dev.first_errors());
   CHECK(dev.errors.empty());
+}
+
+TEST_CASE("placed pool: a hand-over says how far into the moving part, in its range's order, the new buffer reaches",
+          "[placed_pool]") {
+  // Blocks [0,2) [2,4); slot 1 at [2,4), slot 2 at [0,2); slot 0 all four granules, either in pool
+  // order or its second block first. Note [Copies out in pieces]: the new buffer waits for the
+  // copy out to have read that far.
+  for (const bool reversed : {false, true}) {
+    CAPTURE(reversed);
+    test::SimDevice dev(kG, 100);
+    PlacedPool p(dev, kG, {0, 2, 4}, {reversed ? slot(2, 4, 0, {{2, 2}, {0, 2}}) : slot(0, 4), slot(2, 2), slot(0, 2)});
+    REQUIRE(p.placed(0));
+    int a = 0, b = 0, c = 0;
+    pool::TagSet waits;
+    std::vector<PlacedPool::HandOver> over;
+    REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+    CHECK(over.empty());
+    const auto copying = [&](const void* o) { return o == &a; };
+    REQUIRE(p.take(1, &b, &waits, copying, &over) == PlacedPool::Result::kOk);
+    REQUIRE(over.size() == 1);
+    CHECK(over[0].owner == &a);
+    CHECK(over[0].reach == (reversed ? 2 : 4) * kG);
+    over.clear();
+    REQUIRE(p.take(2, &c, &waits, copying, &over) == PlacedPool::Result::kOk);
+    REQUIRE(over.size() == 1);
+    CHECK(over[0].reach == (reversed ? 4 : 2) * kG);
+    CHECK(p.stats().handovers == 2);
+  }
 }

@@ -84,6 +84,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   config.reserve_bytes = 4 * config.device_total;
   config.host_budget = 64ull << 30 >> 6;
   config.host_slab_bytes = 4 * g;
+  config.copy_piece_bytes = kCopyPiece / scale;  // Note [Copies out in pieces], scaled as the granule
   memory::MemoryManager m(dev, dev, dev, config);
   const memory::Stream s = SimDevice::stream(1);
   SimResult out;
