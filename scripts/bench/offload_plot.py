@@ -33,11 +33,20 @@ TORCH = {  # row key: (label, marker, colour)
 }
 
 
-def panels(paths):
+def panels(paths, newest=False):
     """{(model, batch, amp): {"series": {policy: {percent: [(GiB, ratio)]}}, "points": {key: [(GiB, ratio)]},
-    "bounds": {percent: [(GiB, ratio)]}}} from every file; a budget measured in several files is their mean."""
+    "bounds": {percent: [(GiB, ratio)]}}} from every file; a budget measured in several files is their mean, or
+    with `newest` the last file's that has it (files given oldest first)."""
     out = {}
-    for path in paths:
+    owner = {}  # with `newest`: id of a list -> the file that filled it
+
+    def add(points, at, index):
+        if newest and owner.get(id(points)) != index:
+            points.clear()
+            owner[id(points)] = index
+        points.append(at)
+
+    for index, path in enumerate(paths):
         with open(path) as f:
             data = json.load(f)
         for model in data.get("models", []):
@@ -56,12 +65,12 @@ def panels(paths):
                 m = BUDGET_ROW.match(key)
                 if m and m.group("policy") in STYLE:
                     percent = int(m.group("percent"))
-                    panel["series"].setdefault(m.group("policy"), {}).setdefault(percent, []).append(at)
+                    add(panel["series"].setdefault(m.group("policy"), {}).setdefault(percent, []), at, index)
                     if row.get("lower_bound_ms") and row.get("budget_bytes"):
-                        panel["bounds"].setdefault(percent, []).append(
-                            (row["budget_bytes"] / GIB, row["lower_bound_ms"] / ref))
+                        add(panel["bounds"].setdefault(percent, []),
+                            (row["budget_bytes"] / GIB, row["lower_bound_ms"] / ref), index)
                 elif key in TORCH:
-                    panel["points"].setdefault(key, []).append(at)
+                    add(panel["points"].setdefault(key, []), at, index)
     return out
 
 
@@ -74,6 +83,9 @@ def main():
     p.add_argument("results", nargs="+", help="offload_step-*.json files of scripts/bench/offload")
     p.add_argument("--out", required=True, help="PNG to write")
     p.add_argument("--title", default="")
+    p.add_argument("--newest", action="store_true",
+                   help="a budget measured in several files: the last file's (give them oldest first), not their "
+                        "mean")
     args = p.parse_args()
     try:
         import matplotlib
@@ -83,7 +95,7 @@ def main():
     except ImportError:
         print("offload_plot.py needs matplotlib (scripts/install-deps installs it)", file=sys.stderr)
         return 2
-    data = panels(args.results)
+    data = panels(args.results, args.newest)
     if not data:
         print("no model with a PyTorch-alone row in the results given", file=sys.stderr)
         return 1
