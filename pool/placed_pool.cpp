@@ -251,6 +251,8 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
     if (refused) return busy();
     if (!create_blocks(s)) return Result::kFailed;
     if (!map_slot(s)) return Result::kFailed;
+    // The slot of each buffer handing granules over, looked up once per buffer (not per granule).
+    std::vector<std::pair<const void*, const SlotState*>> from_slots;
     each_granule(s, Part::kAll, [&](uint64_t g) {
       if (owner_[g] && handed_over) {
         const void* from = owner_[g];
@@ -260,8 +262,10 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
           it = handed_over->insert(handed_over->end(), HandOver{from, 0});
           ++stats_.handovers;
         }
+        auto fs = std::find_if(from_slots.begin(), from_slots.end(), [&](const auto& f) { return f.first == from; });
+        if (fs == from_slots.end()) fs = from_slots.insert(from_slots.end(), {from, slot_owned_by(from)});
         // A granule not in its moving part (cannot happen: kept parts never change hands): all of it.
-        const std::optional<uint64_t> rank = moving_rank(from, g);
+        const std::optional<uint64_t> rank = fs->second ? moving_rank(*fs->second, g) : std::nullopt;
         it->reach = std::max(it->reach, rank ? (*rank + 1) * g_ : UINT64_MAX);
       }
       if (waits) waits->merge(tags_[g]);
@@ -336,14 +340,17 @@ void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* wai
   });
 }
 
-std::optional<uint64_t> PlacedPool::moving_rank(const void* owner, uint64_t g) const {
-  for (const SlotState& s : slots_) {
-    if (s.owner != owner) continue;
-    uint64_t at = 0;
-    for (const Segment& seg : s.segs) {
-      if (at >= s.kept && seg.offset <= g && g < seg.offset + seg.granules) return at - s.kept + (g - seg.offset);
-      at += seg.granules;
-    }
+const PlacedPool::SlotState* PlacedPool::slot_owned_by(const void* owner) const {
+  for (const SlotState& s : slots_)
+    if (s.owner == owner) return &s;
+  return nullptr;
+}
+
+std::optional<uint64_t> PlacedPool::moving_rank(const SlotState& s, uint64_t g) {
+  uint64_t at = 0;
+  for (const Segment& seg : s.segs) {
+    if (at >= s.kept && seg.offset <= g && g < seg.offset + seg.granules) return at - s.kept + (g - seg.offset);
+    at += seg.granules;
   }
   return std::nullopt;
 }

@@ -161,9 +161,9 @@ class PlacedPool {
   // Some granule of its moving part (counted busy).
   bool held_by_another(const SlotState& s, const void* owner);
   void own_granules(const SlotState& s, const void* owner, TagSet* waits);  // its moving part's; tags into `waits`
-  // Pool granule `g`'s place in the moving part of the slot whose buffer is `owner` (granules from
-  // its start), or nullopt.
-  std::optional<uint64_t> moving_rank(const void* owner, uint64_t g) const;
+  const SlotState* slot_owned_by(const void* owner) const;  // the slot `owner` holds, or nullptr
+  // Pool granule `g`'s place in the moving part of slot `s` (granules from its start), or nullopt.
+  static std::optional<uint64_t> moving_rank(const SlotState& s, uint64_t g);
 
   PhysicalBackend& backend_;
   uint64_t g_ = 0;
