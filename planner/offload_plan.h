@@ -196,7 +196,7 @@ struct PlanTimeline {
   size_t room_waits = 0;                           // calls that waited for room
   size_t late_prefetches = 0;                      // copies back not done when their call was due
   size_t late_offloads = 0;                        // copies out not done when the move's off_from call started
-  size_t untimed_calls = 0;                        // calls the trace has no GPU time for (counted as `default_call_ms`)
+  size_t untimed_calls = 0;                        // calls that queue work and have no GPU time (counted as `default_call_ms`)
   std::vector<double> call_start_ms, call_end_ms;  // by position
   std::vector<TimedCopy> copies_out, copies_back;
   // Note [The lower bound]
@@ -227,8 +227,9 @@ double lower_bound_ms(const SpanModel& m, const std::vector<double>& duration, u
 // After changing moves: sorts them (by out_after) and sets bytes_moved, the peaks and fits.
 void finish_plan(const SpanModel& m, OffloadPlan& plan);
 
-// Times `plan` (budget and moves) over the span. default_call_ms: the time of a call the trace did
-// not time (0: free; allocations and frees have none, and traces of older vcudnn time convolutions only).
+// Times `plan` (budget and moves) over the span. default_call_ms: the time of a call that queues
+// work and that the trace did not time (traces of older vcudnn time convolutions only); a call that
+// queues none (an allocation, a free) takes no GPU time.
 // `handovers`: (call, move) pairs where the call cannot start before that move's copy out has read
 // the bytes a static placement gave the call's new buffer (time_placed() in placement.h); counted as
 // waits for room. `pooled` (by move; empty: none): moves whose bytes change hands only so, a placed

@@ -237,6 +237,20 @@ bool call_has_conv_kind(CallKind kind) {
 
 bool call_has_layer(CallKind kind) { return call_has_conv_kind(kind) && kind != CallKind::kGetAlgorithmMaxCount; }
 
+bool call_queues_device_work(CallKind kind) {
+  switch (kind) {
+    case CallKind::kConvolution:
+    case CallKind::kGraphExecute:
+    case CallKind::kLibrary:
+    case CallKind::kLaunch:
+    case CallKind::kMemcpy:
+    case CallKind::kMemset:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void to_json(nlohmann::json& j, const Trace& t) {
   auto calls = nlohmann::json::array();
   for (const auto& c : t.calls) calls.push_back(call_to_json(c));

@@ -47,6 +47,9 @@ std::optional<CallKind> call_kind_from_name(std::string_view name);
 // max-count queries. All of them but the max-count query also describe one layer.
 bool call_has_conv_kind(CallKind kind);
 bool call_has_layer(CallKind kind);
+// Kinds that queue work on a stream and carry a GPU time in a trace (Note [GPU time of every
+// operation]); the others (allocations, frees, stream and algorithm queries, host waits) queue none.
+bool call_queues_device_work(CallKind kind);
 
 // One row of a cudnn*AlgoPerf_t result (the three structs share this layout).
 struct AlgoPerf {

@@ -53,8 +53,12 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   std::string placed_what;
   Result<OffloadPlan> plan = Error{""};
   if (placement && policy == OffloadPolicy::kVcudnn) {
-    Result<PlacedPlan> p = plan_placed(trace, lt, target, options, link, kUntimedCallMs);
+    // Note [Room the plan leaves]: a static placement counts the bytes outside its pool; half the room.
+    const uint64_t placed_target = budget - budget / (2 * room);
+    Result<PlacedPlan> p = plan_placed(trace, lt, placed_target, options, link, kUntimedCallMs);
     if (p) {
+      room *= 2;
+      target = placed_target;
       placed = std::move(p->placement);
       placed_what = fmt::format(
           "; a static placement: {} pool for {} buffers (the plan made for {}; moved buffers' bytes {}; predicted "

@@ -117,20 +117,6 @@ thread_local cudaStream_t tl_probe_stream = nullptr;
 
 constexpr uint64_t kUnknownStream = ~uint64_t{0};
 
-// The calls that queue work on a stream and have a GPU time (Note [GPU time of every operation]).
-bool queues_device_work(CallKind kind) {
-  switch (kind) {
-    case CallKind::kConvolution:
-    case CallKind::kGraphExecute:
-    case CallKind::kLibrary:
-    case CallKind::kLaunch:
-    case CallKind::kMemcpy:
-    case CallKind::kMemset:
-      return true;
-    default:
-      return false;
-  }
-}
 
 CallKind kind_of_api(std::string_view api) {
   if (api.find("Launch") != std::string_view::npos) return CallKind::kLaunch;
@@ -239,7 +225,7 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (phase_.load(std::memory_order_relaxed) != kRecording) return;
-  if (queues_device_work(kind)) {
+  if (call_queues_device_work(kind)) {
     // One hook's call reporting again (a copy's source, then its destination): one operation.
     if (Recorded* same = call_in_progress(api)) {
       add_uses(same->call.accesses, uses, n);
@@ -258,7 +244,7 @@ void Recorder::append_memory_op(CallKind kind, const char* api, std::optional<cu
   if (buffer) c.buffer = static_cast<int32_t>(intern_buffer(*buffer));
   if (kind == CallKind::kFree) freed_.insert(buffer->serial);
   add_uses(c.accesses, uses, n);
-  if (queues_device_work(kind)) open_call(rec, api, stream);
+  if (call_queues_device_work(kind)) open_call(rec, api, stream);
   const int64_t live_before = live_;
   rec.live_before = live_;
   if (kind == CallKind::kAlloc) live_ += static_cast<int64_t>(buffer->bytes);
@@ -720,7 +706,7 @@ std::optional<Trace> Recorder::complete(bool final) {
   size_t timed = 0, work = 0, convs = 0, captured = 0;
   for (const auto& c : trace.calls) {
     convs += c.kind == CallKind::kConvolution;
-    if (!queues_device_work(c.kind)) continue;
+    if (!call_queues_device_work(c.kind)) continue;
     ++work;
     timed += c.gpu_ms.has_value();
     captured += c.captured;
@@ -824,7 +810,7 @@ size_t Recorder::take_next_iteration_times(Trace& t) const {
   for (size_t i = 0; i < match.size() && i < t.calls.size(); ++i) {
     if (match[i] < 0) continue;
     const TraceCall& same = *next_calls[static_cast<size_t>(match[i])];
-    if (!same.gpu_ms || !queues_device_work(same.kind)) continue;
+    if (!same.gpu_ms || !call_queues_device_work(same.kind)) continue;
     t.calls[i].gpu_ms = same.gpu_ms;
     ++taken;
   }

@@ -340,9 +340,11 @@ TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits i
   CHECK(check_placement(m, p.plan.moves, p.placement).empty());
   CHECK(p.placement.total() <= budget);
   // Note [Buffers in pieces]: with buffers in pieces the pool is the most placed bytes on the device
-  // at once, and the plan (for 99 % of the target, two of its three moves in part) moves 928 MiB each
+  // at once (laid out by size alone; a layout around copies out may take more of what the budget
+  // leaves), and the plan (for 99 % of the target, two of its three moves in part) moves 928 MiB each
   // way, where whole buffers laid out whole needed a plan for 92 % moving 2352 MiB.
-  CHECK(p.placement.pool_bytes == p.placement.resident_peak);
+  const Placement by_size = place_buffers(t, l, m, p.plan.moves, options.granule, budget);
+  CHECK(by_size.pool_bytes == by_size.resident_peak);
   CHECK(p.plan.bytes_moved <= 1000 * kMiB);
   size_t in_pieces = 0;
   for (const PlacedBuffer& b : p.placement.buffers) in_pieces += b.segments.size() > 1 && !b.kept ? 1 : 0;

@@ -273,6 +273,9 @@ TEST_CASE("recorded VGG-16 iteration at 90%: a static placement, followed withou
     INFO(fmt::format("lag {}: host waits {:.1f} fault-ins {:.1f} evictions {:.1f} maps {:.1f}\n{}\n{}", lag,
                      s.host_waits, s.fault_ins, s.evictions, s.maps, r.decided, r.summary));
     CHECK_THAT(r.decided, Catch::Contains("; a static placement:"));
+    // Note [Room the plan leaves]: a placed plan leaves half the room, and needs no more here.
+    CHECK_THAT(r.decided, Catch::Contains("less 1/128 of it as room"));
+    CHECK(r.replans == 0);
     CHECK(r.errors.empty());
     CHECK(r.peak_bytes <= budget);
     CHECK(s.host_waits == 0);
