@@ -90,6 +90,7 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
     }
     owner_.assign(pool, nullptr);
     tags_.assign(pool, {});
+    away_.assign(pool, 0);
   } catch (...) {
     slots_.clear();
   }
@@ -268,6 +269,7 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
         const std::optional<uint64_t> rank = fs->second ? moving_rank(*fs->second, g) : std::nullopt;
         it->reach = std::max(it->reach, rank ? (*rank + 1) * g_ : UINT64_MAX);
       }
+      if (owner_[g]) away_[g] = 1;  // handed over by a buffer that is leaving: it comes back here
       if (waits) waits->merge(tags_[g]);
       tags_[g].clear();
       owner_[g] = owner;
@@ -280,14 +282,16 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
   }
 }
 
-void PlacedPool::release(uint32_t slot, const void* owner, const TagSet& tags) {
+bool PlacedPool::release(uint32_t slot, const void* owner, const TagSet& tags) {
+  bool awaited = false;
   try {
-    if (!placed(slot)) return;
+    if (!placed(slot)) return false;
     SlotState& s = slots_[slot];
     each_granule(s, Part::kAll, [&](uint64_t g) {
       if (owner_[g] != owner) return;
       owner_[g] = nullptr;
       tags_[g].merge(tags);
+      awaited = awaited || away_[g];
     });
     if (s.owner == owner) s.owner = nullptr;
     s.freed = tags;
@@ -297,6 +301,7 @@ void PlacedPool::release(uint32_t slot, const void* owner, const TagSet& tags) {
     }
   } catch (...) {
   }
+  return awaited;
 }
 
 bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
@@ -318,6 +323,7 @@ bool PlacedPool::evict(uint32_t slot, const void* owner, const TagSet& tags) {
       if (owner_[g] != owner) return;
       owner_[g] = nullptr;
       tags_[g].merge(tags);
+      away_[g] = 1;
     });
     return true;
   } catch (...) {
@@ -332,11 +338,20 @@ bool PlacedPool::held_by_another(const SlotState& s, const void* owner) {
   return held;
 }
 
-void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* waits) {
+void PlacedPool::own_granules(const SlotState& s, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece,
+                              uint64_t piece_bytes) {
+  uint64_t rank = 0;  // the granule's place in the moving part (each_granule goes in its byte order)
   each_granule(s, Part::kMoving, [&](uint64_t g) {
+    if (by_piece && piece_bytes) {
+      const uint64_t first = rank * g_ / piece_bytes, last = ((rank + 1) * g_ - 1) / piece_bytes;
+      if (by_piece->size() <= last) by_piece->resize(last + 1);
+      for (uint64_t k = first; k <= last; ++k) (*by_piece)[k].merge(tags_[g]);
+    }
+    ++rank;
     if (waits) waits->merge(tags_[g]);
     tags_[g].clear();
     owner_[g] = owner;
+    away_[g] = 0;
   });
 }
 
@@ -355,14 +370,15 @@ std::optional<uint64_t> PlacedPool::moving_rank(const SlotState& s, uint64_t g) 
   return std::nullopt;
 }
 
-PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet* waits) {
+PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece,
+                                       uint64_t piece_bytes) {
   try {
     if (!placed(slot)) return Result::kFailed;
     SlotState& s = slots_[slot];
     if (s.mapped || s.detached) return Result::kFailed;  // not evicted
     if (held_by_another(s, owner)) return Result::kBusy;
     if (!create_blocks(s) || !map_slot(s)) return Result::kFailed;  // its moving part (its kept part stayed)
-    own_granules(s, owner, waits);
+    own_granules(s, owner, waits, by_piece, piece_bytes);
     return Result::kOk;
   } catch (...) {
     return Result::kFailed;

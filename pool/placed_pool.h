@@ -89,14 +89,21 @@ class PlacedPool {
   Result take(uint32_t slot, const void* owner, TagSet* waits, const std::function<bool(const void*)>& may_hand_over,
               std::vector<HandOver>* handed_over);
   // The buffer in the slot is freed with `tags`: its granules (those still its) are free carrying
-  // them; a detached extent goes once they are settled (reap).
-  void release(uint32_t slot, const void* owner, const TagSet& tags);
+  // them; a detached extent goes once they are settled (reap). true when some of them belong to a
+  // buffer away on the host (evicted, or handed them over while leaving) that comes back onto them:
+  // its copy back waits for `tags`, and the caller fences them exactly (Note [Copies back in
+  // pieces], runtime/memory/residency.h).
+  bool release(uint32_t slot, const void* owner, const TagSet& tags);
   // Its copy out has finished: the range is unmapped, its granules (if still its) free with `tags`.
   // false when an unmap failed (the range stays as it was).
   bool evict(uint32_t slot, const void* owner, const TagSet& tags);
   // Maps an evicted slot's range onto its pool bytes again: kBusy when another buffer holds some
-  // (nothing changes), else `waits` gets the tags of those who gave them back.
-  Result restore(uint32_t slot, const void* owner, TagSet* waits);
+  // (nothing changes), else `waits` gets the tags of those who gave them back. With `by_piece`,
+  // those tags split by piece of `piece_bytes` of its moving part, in its byte order (piece k: its
+  // bytes [k * piece_bytes, (k + 1) * piece_bytes)), so that each piece's copy back waits for the
+  // holders of its own bytes alone (Note [Copies back in pieces], runtime/memory/residency.h).
+  Result restore(uint32_t slot, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece = nullptr,
+                 uint64_t piece_bytes = 0);
   // A slot whose range is still mapped (its buffer's copy out may still be reading it) takes its
   // pool bytes back from the buffers it handed them to, once they gave them back: kBusy while one
   // still holds some (nothing changes), else `waits` gets the tags of those who gave them back. No
@@ -160,7 +167,9 @@ class PlacedPool {
   bool create_blocks(const SlotState& s);
   // Some granule of its moving part (counted busy).
   bool held_by_another(const SlotState& s, const void* owner);
-  void own_granules(const SlotState& s, const void* owner, TagSet* waits);  // its moving part's; tags into `waits`
+  // Its moving part's granules; their tags into `waits`, and by piece into `by_piece` (restore()).
+  void own_granules(const SlotState& s, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece = nullptr,
+                    uint64_t piece_bytes = 0);
   const SlotState* slot_owned_by(const void* owner) const;  // the slot `owner` holds, or nullptr
   // Pool granule `g`'s place in the moving part of slot `s` (granules from its start), or nullopt.
   static std::optional<uint64_t> moving_rank(const SlotState& s, uint64_t g);
@@ -173,6 +182,7 @@ class PlacedPool {
   std::unordered_map<uint64_t, uint32_t> slot_of_va_;
   std::vector<const void*> owner_;  // per pool granule
   std::vector<TagSet> tags_;        // per pool granule: whoever gave it back last
+  std::vector<uint8_t> away_;       // per pool granule: its buffer is away on the host (release())
   std::vector<uint32_t> pending_;   // slots whose detached extent goes once settled
   uint64_t held_granules_ = 0;
   Stats stats_;

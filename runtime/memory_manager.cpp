@@ -331,10 +331,13 @@ bool MemoryManager::free(uint64_t address, StreamRef stream) {
     case BufferState::kResident:
       break;
   }
-  if (b->placed_pool)
-    b->placed_pool->release(b->placed_slot, b, tags);
-  else
+  if (b->placed_pool) {
+    // Note [Copies back in pieces]: bytes a buffer away on the host comes back onto get a fence of
+    // their own at this free, so that the copy back of their piece waits for it alone.
+    if (b->placed_pool->release(b->placed_slot, b, tags) && stream) order_.fence(order_.id_of(*stream));
+  } else {
     arena_.free(address, tags);
+  }
   recycle(b);
   return true;
 }
@@ -966,8 +969,10 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
 RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fault) {
   pool::PlacedPool& p = *b->placed_pool;
   pool::TagSet waits;
+  std::vector<pool::TagSet> by_piece;  // Note [Copies back in pieces]
+  const uint64_t piece = residency_.copy_piece();
   if (p.missing_bytes(b->placed_slot) && !room_for_slot(p, b->placed_slot)) return RestoreResult::kNoRoom;
-  pool::PlacedPool::Result r = p.restore(b->placed_slot, b, &waits);
+  pool::PlacedPool::Result r = p.restore(b->placed_slot, b, &waits, &by_piece, piece);
   sync_budgets();
   const uint64_t moving_span = b->span - b->kept;  // what an extent of its own would map
   if (r == pool::PlacedPool::Result::kBusy && !physical_fits(moving_span)) {
@@ -987,7 +992,8 @@ RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fa
     }
     reap();
     waits.clear();
-    r = p.restore(b->placed_slot, b, &waits);
+    by_piece.clear();
+    r = p.restore(b->placed_slot, b, &waits, &by_piece, piece);
   }
   if (r == pool::PlacedPool::Result::kBusy) {
     if (!make_physical_room(moving_span)) return RestoreResult::kNoRoom;
@@ -998,7 +1004,7 @@ RestoreResult MemoryManager::restore_placed(Buffer* b, StreamRef stream, bool fa
     return RestoreResult::kFailed;
   }
   note_physical();
-  if (!residency_.copy_back(b, stream ? std::optional<Stream>(*stream) : std::nullopt, waits)) {
+  if (!residency_.copy_back(b, stream ? std::optional<Stream>(*stream) : std::nullopt, waits, &by_piece)) {
     sync_budgets();
     return RestoreResult::kFailed;
   }
@@ -1442,6 +1448,7 @@ ManagerStats MemoryManager::stats() const {
   s.evictions_started = r.started;
   s.evictions_cancelled = r.cancelled;
   s.restores = r.restores;
+  s.restores_in_pieces = r.restores_in_pieces;
   s.bytes_evicted = r.bytes_evicted;
   s.bytes_restored = r.bytes_restored;
   s.serve_calls = serve_calls_.load();
@@ -1482,9 +1489,9 @@ std::string MemoryManager::placed_summary(const ManagerStats& s) const {
   if (!s.placed_served && !s.placed_fallbacks && !s.pool_held) return "";
   return fmt::format(
       " placement: served={} fallbacks={} pool={} blocks={} mappings={} detached={} handovers={} resumed={} "
-      "shrunk={}",
+      "back_in_pieces={} shrunk={}",
       s.placed_served, s.placed_fallbacks, mib(s.pool_held), s.pool_blocks, s.pool_mappings, s.pool_detached,
-      s.pool_handovers, s.resumed, mib(s.pool_shrunk));
+      s.pool_handovers, s.resumed, s.restores_in_pieces, mib(s.pool_shrunk));
 }
 
 std::string MemoryManager::driver_costs() const {

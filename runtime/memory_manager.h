@@ -120,6 +120,7 @@ struct ManagerStats {
   uint64_t pool_mappings = 0;     // ranges mapped onto the pool (or extents of their own), ever
   uint64_t pool_detached = 0;     // restores onto an extent of their own (the pool bytes were taken)
   uint64_t pool_handovers = 0;    // pool bytes taken from a buffer still being copied out
+  uint64_t restores_in_pieces = 0;  // copies back queued piece by piece (Note [Copies back in pieces])
   uint64_t pool_shrunk = 0;       // pool memory given back to make room in the arena, ever
   uint64_t resumed = 0;           // brought back before their copy out ended, without a host wait
   // The device's own view of vcudnn's copies (Note [Timing the waits for vcudnn's copies]): waits

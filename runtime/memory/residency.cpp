@@ -195,25 +195,62 @@ std::vector<Residency::CopyTime> Residency::take_copy_times() {
   return out;
 }
 
-bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits) {
+bool Residency::copy_range_back(const Buffer* b, uint64_t lo, uint64_t hi) {
+  uint64_t at = 0;  // where the host block starts in the moving part
+  for (const pool::HostBlock& h : b->host) {
+    const uint64_t from = std::max(lo, at), to = std::min(hi, at + h.bytes);
+    if (from < to &&
+        !device_.copy_to_device(b->moving_address() + from, static_cast<const char*>(h.ptr) + (from - at), to - from))
+      return false;
+    at += h.bytes;
+    if (at >= hi) break;
+  }
+  return true;
+}
+
+bool Residency::copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits,
+                          const std::vector<pool::TagSet>* by_piece) {
   const Stream in = device_.in_stream();
+  const uint64_t total = b->moving_bytes();
+  const auto wait_for = [&](const pool::TagSet& tags) {
+    for (const pool::FreeTag& t : tags.tags()) {
+      if (!order_.settled(t) && !order_.order(in, t)) order_.wait_host(t);
+    }
+  };
+  // Note [Copies back in pieces]: the pieces, in the order their holders finished.
+  std::vector<std::pair<uint64_t, size_t>> pieces;  // (latest unsettled tag, piece)
+  if (by_piece && !by_piece->empty() && piece_ && total > piece_) {
+    const size_t n = static_cast<size_t>((total + piece_ - 1) / piece_);
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t latest = 0;
+      if (k < by_piece->size())
+        for (const pool::FreeTag& t : (*by_piece)[k].tags())
+          if (!order_.settled(t)) latest = std::max(latest, t.seq);
+      pieces.emplace_back(latest, k);
+    }
+    std::stable_sort(pieces.begin(), pieces.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  }
   // Note [Timing the waits for vcudnn's copies]; at most a few hundred copies back in flight timed.
+  // In pieces, `start` is where the first piece's waits passed.
   Timing timing;
   const bool timed = time_back_ && timings_.size() < 256;
   if (timed) {
-    timing = {timed_event(), timed_event(), timed_event(), b->moving_bytes()};
+    timing = {timed_event(), timed_event(), timed_event(), total};
     if (timing.pre && !device_.record(timing.pre, in)) timing.pre = nullptr;
   }
-  for (const pool::FreeTag& t : waits.tags()) {
-    if (!order_.settled(t) && !order_.order(in, t)) order_.wait_host(t);
-  }
-  if (timed && timing.start && !device_.record(timing.start, in)) timing.start = nullptr;
   bool ok = true;
-  uint64_t off = 0;
-  for (const pool::HostBlock& h : b->host) {
-    const uint64_t n = std::min(h.bytes, b->moving_bytes() - off);
-    ok = ok && device_.copy_to_device(b->moving_address() + off, h.ptr, n);
-    off += n;
+  if (pieces.empty()) {
+    wait_for(waits);
+    if (timed && timing.start && !device_.record(timing.start, in)) timing.start = nullptr;
+    ok = copy_range_back(b, 0, total);
+  } else {
+    for (size_t i = 0; i < pieces.size() && ok; ++i) {
+      const size_t k = pieces[i].second;
+      if (k < by_piece->size()) wait_for((*by_piece)[k]);
+      if (i == 0 && timed && timing.start && !device_.record(timing.start, in)) timing.start = nullptr;
+      ok = copy_range_back(b, k * piece_, std::min(total, (k + 1) * piece_));
+    }
+    ++stats_.restores_in_pieces;
   }
   if (!ok) {
     for (Event e : {timing.pre, timing.start, timing.end})

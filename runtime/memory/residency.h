@@ -12,6 +12,19 @@
 // Which buffers go, and when, is decided elsewhere (eviction_policy.h, memory_manager.cpp). Every
 // call comes with the manager's lock held.
 //
+// Note [Copies back in pieces]
+// A placed buffer comes back onto pool bytes that buffers laid out in its absence held, and its
+// copy back may write a byte only once the last of them has finished with it (their frees' tags).
+// Waiting for all of them, the whole copy started when the last one's last use ended: on VGG-16
+// under micro-batching at 90 % (H100) conv1_1's output, 784 MiB and 15 ms on the link, started
+// 13 ms before its use and the backward pass stood 1.8 ms for it. The holders of its first bytes
+// are often long gone by then. So the copy goes in pieces of set_copy_piece() bytes: each waits for
+// the tags of its own bytes alone, and the pieces are queued in the order their holders finished
+// (the latest of a piece's tags; pieces no one held first), so that on the in stream no piece
+// waits behind one whose holders are still at work. This helps where the host runs ahead of the
+// device (it queues the copy back as the plan's point comes, and the device reaches the holders'
+// frees later: 28 ms later there); the plan's model still starts the copy at its point.
+//
 // Note [Exact fences for vcudnn's copies]
 // StreamOrder fences a mark lazily, when someone first waits on it, and a fence recorded then
 // covers everything queued on the stream by that time. For the copy streams that is wrong: a plan
@@ -59,9 +72,13 @@ class Residency {
   // known) waits for it on the device. false (still kEvicted, bytes kept) on failure.
   bool restore(Buffer* b, std::optional<Stream> consumer);
   // The copy back alone, for a buffer its caller mapped again (a placed one: the pool maps it),
-  // ordered after `waits` (those who held the memory before). false (unmapped again, still
+  // ordered after `waits` (those who held the memory before). With `by_piece` (the same tags split
+  // by piece of set_copy_piece() bytes: PlacedPool::restore) it goes in pieces, each after the
+  // holders of its own bytes alone (Note [Copies back in pieces]). false (unmapped again, still
   // kEvicted) on failure.
-  bool copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits);
+  bool copy_back(Buffer* b, std::optional<Stream> consumer, const pool::TagSet& waits,
+                 const std::vector<pool::TagSet>* by_piece = nullptr);
+  uint64_t copy_piece() const { return piece_; }
   // Releases the host blocks of a buffer that is being freed.
   void drop_host_copy(Buffer* b);
 
@@ -89,11 +106,14 @@ class Residency {
     uint64_t cancelled = 0;  // evictions an access cancelled
     uint64_t no_host_memory = 0;
     uint64_t failures = 0;
+    uint64_t restores_in_pieces = 0;  // copies back queued piece by piece (Note [Copies back in pieces])
   };
   const Stats& stats() const { return stats_; }
 
  private:
   bool take_host_blocks(Buffer* b);
+  // Queues the copy of bytes [lo, hi) of its moving part from its host blocks, on the in stream.
+  bool copy_range_back(const Buffer* b, uint64_t lo, uint64_t hi);
   // Unmaps an evicted buffer's memory: the arena's, or its slot of a static placement.
   bool unmap(Buffer* b);
 

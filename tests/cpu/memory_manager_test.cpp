@@ -416,6 +416,75 @@ TEST_CASE("residency: a placed buffer's copy out goes in pieces, each waited for
   CHECK_MSG_ERRORS(dev);
 }
 
+// Note [Copies back in pieces]: a placed buffer comes back onto pool bytes that two buffers held
+// while it was away. Its copy back goes in pieces, each after the holders of its own bytes alone,
+// first the piece whose holder was freed first: the device copies that piece while the other
+// holder is still at work.
+TEST_CASE("residency: a placed buffer's copy back goes in pieces, each after its own bytes' holders", "[memory]") {
+  ResidencyRig rig;
+  auto& [dev, arena, host, order, residency] = rig;
+  REQUIRE(host.reserve(64 * kMiB));
+  residency.set_copy_piece(2 * kG);
+  const Stream s = stream_n(1), look = stream_n(2);
+  const uint32_t sid = order.id_of(s);
+  const Stream in = dev.in_stream();
+  // x on pool granules 0-3; while it is away h1 holds 0-1 (its first piece), h2 holds 2-3 (its second).
+  pool::PlacedPool placed(dev, kG, {0, 2, 4}, {{0, 4, 0, {}}, {0, 2, 0, {}}, {2, 2, 0, {}}});
+  REQUIRE(placed.ok());
+  const auto refuse = [](const void*) { return false; };
+  using R = pool::PlacedPool::Result;
+  Buffer x, h1, h2;
+  pool::TagSet waits;
+  REQUIRE(placed.take(0, &x, &waits, refuse, nullptr) == R::kOk);
+  x.address = placed.address(0), x.bytes = 4 * kG, x.span = 4 * kG, x.large = true;
+  x.placed_pool = &placed;
+  x.placed_slot = 0;
+  x.streams.store(StreamOrder::bit_of(sid));
+  dev.write(s, x.address, 2 * kG, 5);  // its pieces
+  dev.write(s, x.address + 2 * kG, 2 * kG, 6);
+  x.state.store(BufferState::kEvicting);
+  REQUIRE(residency.start_eviction({&x}).size() == 1);
+  dev.run_all();
+  REQUIRE(residency.finish_eviction(&x));
+  REQUIRE_FALSE(placed.is_mapped(0));
+  // h2 writes and is freed, then h1; the device has run neither. Each free of x's bytes says so,
+  // and is fenced alone (as the manager does).
+  const auto hold = [&](Buffer& h, uint32_t slot, uint32_t seed) {
+    REQUIRE(placed.take(slot, &h, &waits, refuse, nullptr) == R::kOk);
+    dev.write(s, placed.address(slot), placed.span(slot), seed);
+    pool::TagSet freed;
+    freed.add(order.mark(sid));
+    CHECK(placed.release(slot, &h, freed));
+    order.fence(sid);
+  };
+  hold(h2, 2, 7);
+  hold(h1, 1, 8);
+  std::vector<pool::TagSet> by_piece;
+  waits.clear();
+  REQUIRE(placed.restore(0, &x, &waits, &by_piece, 2 * kG) == R::kOk);
+  REQUIRE(by_piece.size() == 2);
+  REQUIRE(residency.copy_back(&x, std::nullopt, waits, &by_piece));
+  CHECK(residency.stats().restores_in_pieces == 1);
+  // The device has run h2's work (its write and its fence), not h1's.
+  REQUIRE(dev.run_stream(s, 2) == 2);
+  dev.run_stream(in);
+  CHECK(dev.queued(in) > 0);                       // the first piece waits for h1
+  dev.check(look, x.address + 2 * kG, 2 * kG, 6);  // the second is back
+  dev.run_stream(look);
+  CHECK(dev.queued(look) == 0);
+  dev.run_all();
+  REQUIRE(order.order(look, x.ready));
+  dev.check(look, x.address, 2 * kG, 5);
+  dev.check(look, x.address + 2 * kG, 2 * kG, 6);
+  dev.run_all();
+  // Once x is back its bytes are its own again: a free of another buffer's bytes is not fenced for it.
+  Buffer y;
+  REQUIRE(placed.release(0, &x, {}) == false);
+  REQUIRE(placed.take(1, &y, &waits, refuse, nullptr) == R::kOk);
+  CHECK_FALSE(placed.release(1, &y, {}));
+  CHECK_MSG_ERRORS(dev);
+}
+
 // Note [Timing the waits for vcudnn's copies]: how long a stream stood still for a copy is read
 // from the device's clock; the host's view (copy not done when the wait was queued) says nothing.
 TEST_CASE("residency: a wait for a copy is timed on the device", "[memory]") {
