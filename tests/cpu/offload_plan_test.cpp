@@ -27,6 +27,25 @@ using M = AccessMode;
 using test::Chain;
 using test::chain;
 
+// The shipped ResNet-50 iteration (tests/data/resnet50_b64_trace.json) and its model, without a plan.
+struct Shipped {
+  Trace t;
+  Lifetimes l;
+  SpanModel m;
+  std::vector<uint64_t> none;  // bytes on the device at each call
+  uint64_t peak = 0;
+};
+Shipped shipped_resnet50() {
+  auto read = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
+  REQUIRE(read.ok());
+  Shipped out{std::move(read.value()), {}, {}, {}, 0};
+  out.l = lifetimes(out.t);
+  out.m = span_model(out.t, out.l);
+  out.none = simulate(out.m, {});
+  out.peak = *std::max_element(out.none.begin(), out.none.end());
+  return out;
+}
+
 OffloadPlan plan_ok(const Trace& t, uint64_t budget, OffloadPolicy p) {
   const Lifetimes l = lifetimes(t);
   auto r = plan_offload(t, l, budget, p);
@@ -367,13 +386,8 @@ TEST_CASE("vcudnn plan and vcudnn trace without arguments take the shipped ResNe
 // (from 829fb71 on, vcudnn's and vDNN's moves were off from the iteration's first call,
 // which lowered the simulated curve, the least budget and where prefetches could move).
 TEST_CASE("offload plan: a buffer is off the device only after the use its copy out follows", "[offload_plan]") {
-  auto read = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
-  REQUIRE(read.ok());
-  const Trace& t = read.value();
-  const Lifetimes l = lifetimes(t);
-  const SpanModel m = span_model(t, l);
-  const std::vector<uint64_t> none = simulate(m, {});
-  const uint64_t peak = *std::max_element(none.begin(), none.end());
+  const Shipped shipped = shipped_resnet50();
+  const auto& [t, l, m, none, peak] = shipped;
   for (OffloadPolicy policy : kOffloadPolicies) {
     INFO(offload_policy_name(policy));
     const auto plan = plan_offload(t, l, peak * 6 / 10, policy);
@@ -556,13 +570,9 @@ TEST_CASE("offload plan timing: the compute lane, stalls for late copies back, a
 // shipped ResNet-50 iteration has 1368 allocations and frees and 317 stream settings: at the
 // runtime's 5 us each, the model's step was 8.4 ms above the GPU's).
 TEST_CASE("offload plan timing: allocations and frees take no GPU time", "[offload_plan]") {
-  auto read = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
-  REQUIRE(read.ok());
-  const Trace& t = read.value();
-  const Lifetimes l = lifetimes(t);
-  const SpanModel m = span_model(t, l);
-  const std::vector<uint64_t> none = simulate(m, {});
-  const OffloadPlan p = plan_ok(t, *std::max_element(none.begin(), none.end()), OffloadPolicy::kVcudnn);
+  const Shipped shipped = shipped_resnet50();
+  const auto& [t, l, m, none, peak] = shipped;
+  const OffloadPlan p = plan_ok(t, peak, OffloadPolicy::kVcudnn);
   double timed = 0;
   size_t untimed_work = 0, memory_events = 0;
   for (const TraceCall& c : t.calls) {
@@ -652,15 +662,10 @@ TEST_CASE("offload lower bound: bytes leave after their use and return before th
 // 63.7, 81.4 and 100.9 ms at 90-60%; on the lane 39.4, 52.8, 75.1 and 95.7.)
 TEST_CASE("offload plan: vcudnn within 1.15x of the lower bound on the shipped trace, faster than the other policies",
           "[offload_plan]") {
-  auto read = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
-  REQUIRE(read.ok());
-  const Trace& t = read.value();
+  const Shipped shipped = shipped_resnet50();
+  const auto& [t, l, m, none, peak] = shipped;
   REQUIRE(t.link.has_value());
   const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
-  const Lifetimes l = lifetimes(t);
-  const SpanModel m = span_model(t, l);
-  const std::vector<uint64_t> none = simulate(m, {});
-  const uint64_t peak = *std::max_element(none.begin(), none.end());
   const auto timeline = [&](const Trace& trace, uint64_t budget, OffloadPolicy policy) {
     auto plan = plan_offload(trace, l, budget, policy, {}, link);
     REQUIRE(plan.ok());
