@@ -385,13 +385,14 @@ PlacedPool::Result PlacedPool::restore(uint32_t slot, const void* owner, TagSet*
   }
 }
 
-PlacedPool::Result PlacedPool::reclaim(uint32_t slot, const void* owner, TagSet* waits) {
+PlacedPool::Result PlacedPool::reclaim(uint32_t slot, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece,
+                                       uint64_t piece_bytes) {
   try {
     if (!placed(slot)) return Result::kFailed;
     SlotState& s = slots_[slot];
     if (!s.mapped || s.detached) return Result::kFailed;
     if (held_by_another(s, owner)) return Result::kBusy;
-    own_granules(s, owner, waits);
+    own_granules(s, owner, waits, by_piece, piece_bytes);
     return Result::kOk;
   } catch (...) {
     return Result::kFailed;

@@ -106,9 +106,10 @@ class PlacedPool {
                  uint64_t piece_bytes = 0);
   // A slot whose range is still mapped (its buffer's copy out may still be reading it) takes its
   // pool bytes back from the buffers it handed them to, once they gave them back: kBusy while one
-  // still holds some (nothing changes), else `waits` gets the tags of those who gave them back. No
-  // driver call.
-  Result reclaim(uint32_t slot, const void* owner, TagSet* waits);
+  // still holds some (nothing changes), else `waits` gets the tags of those who gave them back (and
+  // `by_piece` the same by piece, as restore() gives them). No driver call.
+  Result reclaim(uint32_t slot, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece = nullptr,
+                 uint64_t piece_bytes = 0);
   // The buffers holding pool bytes of the slot now, other than `owner`.
   std::vector<const void*> holders(uint32_t slot, const void* owner) const;
   // Maps an evicted slot's range onto a fresh extent of its own (the caller made room).

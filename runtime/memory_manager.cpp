@@ -795,9 +795,12 @@ RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, bool fa
     case BufferState::kEvicting:
       if (b->handed_over && b->placed_pool) {  // Note [Back before the copy out ended]
         pool::TagSet waits;
-        if (b->placed_pool->reclaim(b->placed_slot, b, &waits) == pool::PlacedPool::Result::kOk) {
+        std::vector<pool::TagSet> by_piece;  // Note [Copies back in pieces]
+        if (b->placed_pool->reclaim(b->placed_slot, b, &waits, &by_piece, residency_.copy_piece()) ==
+            pool::PlacedPool::Result::kOk) {
           stop_evicting(b);
-          if (!residency_.resume_back(b, stream ? std::optional<Stream>(*stream) : std::nullopt, std::move(waits)))
+          if (!residency_.resume_back(b, stream ? std::optional<Stream>(*stream) : std::nullopt, std::move(waits),
+                                      &by_piece))
             return RestoreResult::kFailed;
           b->handed_over = false;
           ++counters_.resumed;

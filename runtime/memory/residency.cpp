@@ -149,13 +149,18 @@ void Residency::cancel_eviction(Buffer* b) {
   ++stats_.cancelled;
 }
 
-bool Residency::resume_back(Buffer* b, std::optional<Stream> consumer, pool::TagSet waits) {
+bool Residency::resume_back(Buffer* b, std::optional<Stream> consumer, pool::TagSet waits,
+                            std::vector<pool::TagSet>* by_piece) {
   if (b->state.load() != BufferState::kEvicting) return false;
   waits.add(b->copied_out);  // the copy back reads the host blocks the copy out fills
+  if (by_piece) {
+    // Piece k reads what the copy out's pieces up to its end wrote (Note [Copies out in pieces]).
+    for (size_t k = 0; k < by_piece->size(); ++k) (*by_piece)[k].add(copied_up_to(*b, (k + 1) * piece_));
+  }
   ++stats_.evictions;
   stats_.bytes_evicted += b->moving_bytes();
   b->state.store(BufferState::kEvicted);
-  return copy_back(b, consumer, waits);
+  return copy_back(b, consumer, waits, by_piece);
 }
 
 bool Residency::restore(Buffer* b, std::optional<Stream> consumer) {

@@ -419,8 +419,11 @@ TEST_CASE("residency: a placed buffer's copy out goes in pieces, each waited for
 // Note [Copies back in pieces]: a placed buffer comes back onto pool bytes that two buffers held
 // while it was away. Its copy back goes in pieces, each after the holders of its own bytes alone,
 // first the piece whose holder was freed first: the device copies that piece while the other
-// holder is still at work.
+// holder is still at work. The same whether it comes back from the evicted state or before the
+// host has seen its copy out end (its range still mapped: Note [Back before the copy out ended]).
 TEST_CASE("residency: a placed buffer's copy back goes in pieces, each after its own bytes' holders", "[memory]") {
+  const bool resumed = GENERATE(false, true);
+  INFO((resumed ? "back before the host saw its copy out end" : "back from the evicted state"));
   ResidencyRig rig;
   auto& [dev, arena, host, order, residency] = rig;
   REQUIRE(host.reserve(64 * kMiB));
@@ -432,6 +435,7 @@ TEST_CASE("residency: a placed buffer's copy back goes in pieces, each after its
   pool::PlacedPool placed(dev, kG, {0, 2, 4}, {{0, 4, 0, {}}, {0, 2, 0, {}}, {2, 2, 0, {}}});
   REQUIRE(placed.ok());
   const auto refuse = [](const void*) { return false; };
+  const auto hand_over = [](const void*) { return true; };  // x, being copied out
   using R = pool::PlacedPool::Result;
   Buffer x, h1, h2;
   pool::TagSet waits;
@@ -444,13 +448,17 @@ TEST_CASE("residency: a placed buffer's copy back goes in pieces, each after its
   dev.write(s, x.address + 2 * kG, 2 * kG, 6);
   x.state.store(BufferState::kEvicting);
   REQUIRE(residency.start_eviction({&x}).size() == 1);
-  dev.run_all();
-  REQUIRE(residency.finish_eviction(&x));
-  REQUIRE_FALSE(placed.is_mapped(0));
+  dev.run_all();  // its copy out has run
+  if (!resumed) {
+    REQUIRE(residency.finish_eviction(&x));
+    REQUIRE_FALSE(placed.is_mapped(0));
+  }
   // h2 writes and is freed, then h1; the device has run neither. Each free of x's bytes says so,
   // and is fenced alone (as the manager does).
   const auto hold = [&](Buffer& h, uint32_t slot, uint32_t seed) {
-    REQUIRE(placed.take(slot, &h, &waits, refuse, nullptr) == R::kOk);
+    std::vector<pool::PlacedPool::HandOver> over;
+    REQUIRE(placed.take(slot, &h, &waits, hand_over, &over) == R::kOk);
+    CHECK(over.size() == (resumed ? 1u : 0u));
     dev.write(s, placed.address(slot), placed.span(slot), seed);
     pool::TagSet freed;
     freed.add(order.mark(sid));
@@ -461,9 +469,15 @@ TEST_CASE("residency: a placed buffer's copy back goes in pieces, each after its
   hold(h1, 1, 8);
   std::vector<pool::TagSet> by_piece;
   waits.clear();
-  REQUIRE(placed.restore(0, &x, &waits, &by_piece, 2 * kG) == R::kOk);
-  REQUIRE(by_piece.size() == 2);
-  REQUIRE(residency.copy_back(&x, std::nullopt, waits, &by_piece));
+  if (resumed) {
+    REQUIRE(placed.reclaim(0, &x, &waits, &by_piece, 2 * kG) == R::kOk);
+    REQUIRE(by_piece.size() == 2);
+    REQUIRE(residency.resume_back(&x, std::nullopt, waits, &by_piece));
+  } else {
+    REQUIRE(placed.restore(0, &x, &waits, &by_piece, 2 * kG) == R::kOk);
+    REQUIRE(by_piece.size() == 2);
+    REQUIRE(residency.copy_back(&x, std::nullopt, waits, &by_piece));
+  }
   CHECK(residency.stats().restores_in_pieces == 1);
   // The device has run h2's work (its write and its fence), not h1's.
   REQUIRE(dev.run_stream(s, 2) == 2);
