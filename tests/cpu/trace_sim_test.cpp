@@ -196,14 +196,15 @@ double predicted_step_ms(const std::string& decided) {
 
 }  // namespace
 
-// Note [Moving part of a buffer]: at 90 % of PyTorch's peak the placed plan moves part of some
+// Note [Moving part of a buffer]: at 88 % of PyTorch's peak the placed plan moves part of some
 // buffers (their last granules; the rest stays mapped and keeps its pool bytes), its layout's step no
 // longer than the same placement's with whole buffers; followed on the simulated device, with it keeping up
 // or lagging, nothing faults in, the host never waits, and every granule's stamp is the last one
-// written, the kept part's and the moved part's alike.
-TEST_CASE("recorded ResNet-50 iteration at 90%: part of a buffer moves, and every byte is kept",
+// written, the kept part's and the moved part's alike. (At 90 %, since Note [Laying out in the
+// copies' order], the plan of whole buffers lays out with fewer waits and is kept.)
+TEST_CASE("recorded ResNet-50 iteration at 88%: part of a buffer moves, and every byte is kept",
           "[replay][memory][placement]") {
-  const uint64_t budget = kPeak * 90 / 100;
+  const uint64_t budget = kPeak * 88 / 100;
   const test::SimResult whole =
       test::simulate_trace(resnet50(), budget, "vcudnn", kIterations, 64, kFirstRoom, true, 0, false);
   CHECK_THAT(whole.decided, !Catch::Contains(" in part: "));
