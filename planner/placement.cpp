@@ -780,13 +780,25 @@ Result<PlacedPlan> plan_placed_with(const Trace& trace, const Lifetimes& lifetim
 // call at its target exactly, so its layout may need a lower target than a plan of whole buffers
 // (VGG-16 b64 at 90 %: none fitted at all). Both are laid out; the shorter predicted step is kept.
 Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget,
-                               const OffloadOptions& options, const LinkModel& link, double default_call_ms) {
+                               const OffloadOptions& options, const LinkModel& measured, double default_call_ms) {
+  // Note [Copies out with room to spare]
+  LinkModel link = measured;
+  link.device_to_host_gbps *= kCopyOutRate;
+  link.both_gbps *= kCopyOutRate;
   OffloadOptions whole = options;
   whole.partial_moves = false;
   Result<PlacedPlan> out = plan_placed_with(trace, lifetimes, budget, whole, link, default_call_ms);
-  if (!options.partial_moves) return out;
-  Result<PlacedPlan> part = plan_placed_with(trace, lifetimes, budget, options, link, default_call_ms);
-  if (part && (!out || part->step_ms < out->step_ms)) return part;
+  if (options.partial_moves) {
+    Result<PlacedPlan> part = plan_placed_with(trace, lifetimes, budget, options, link, default_call_ms);
+    if (part && (!out || part->step_ms < out->step_ms)) out = std::move(part);
+  }
+  // The step it predicts is at the measured rates, as every other timeline's.
+  if (out) {
+    const PlanTimeline t = time_placed(trace, span_model(trace, lifetimes, options), out->plan, out->placement,
+                                       measured, default_call_ms);
+    out->step_ms = t.step_ms;
+    out->handover_ms = t.room_ms;
+  }
   return out;
 }
 

@@ -153,9 +153,11 @@ struct PlacedPlan {
   Placement placement;
   uint64_t plan_budget = 0;
   bool held = false;       // moves hold their bytes until copied (Note [Bytes held until the copy out ends])
-  double step_ms = 0;      // time_placed()'s step
+  double step_ms = 0;      // time_placed()'s step (at the link's measured rates)
   double handover_ms = 0;  // of which calls wait for copies out (room and hand-overs)
 };
+// Plans and lays out for copies out at kCopyOutRate of `link`'s rates (Note [Copies out with room
+// to spare], offload_plan.h); the step it predicts is at `link`'s.
 Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, uint64_t budget,
                                const OffloadOptions& options, const LinkModel& link = kAssumedLink,
                                double default_call_ms = 0);
