@@ -32,11 +32,15 @@ constexpr size_t kMinGap = 4;
 
 std::vector<Gap> gaps_of(const SpanModel& m) {
   std::vector<Gap> out;
+  const size_t n = m.seqs.size();
   for (size_t i = 0; i < m.lives.size(); ++i) {
     const SpanModel::Life& l = m.lives[i];
     if (!l.movable) continue;
     for (size_t k = 0; k + 1 < l.uses.size(); ++k)
       if (l.uses[k + 1] - l.uses[k] >= kMinGap) out.push_back({i, l.uses[k], l.uses[k + 1], l.bytes});
+    if (m.across_end && l.through && !l.uses.empty() &&
+        n - l.uses.back() >= kMinGap)  // Note [Across the iteration's end]
+      out.push_back({i, l.uses.back(), n, l.bytes});
   }
   return out;
 }
@@ -98,13 +102,16 @@ void finish(const SpanModel& m, OffloadPlan& plan) {
 double bytes_per_ms(double gbps) { return gbps > 0 ? gbps * 1e6 : 1e300; }
 
 // The calls back to back, without stalls, from their GPU times: when each starts.
+// One more entry than calls: the last is the span's end (the next iteration's use of a move across
+// it, Note [Across the iteration's end]).
 std::vector<double> start_times(const std::vector<double>& duration) {
-  std::vector<double> start(duration.size());
+  std::vector<double> start(duration.size() + 1);
   double now = 0;
   for (size_t p = 0; p < duration.size(); ++p) {
     start[p] = now;
     now += duration[p];
   }
+  start[duration.size()] = now;
   return start;
 }
 
@@ -144,7 +151,7 @@ void keep_what_fits(const SpanModel& m, uint64_t budget, uint64_t granule, std::
   }
 }
 
-Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget, uint64_t granule) {
+Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget, uint64_t granule, bool across_first) {
   OffloadPlan plan;
   plan.policy = OffloadPolicy::kVcudnn;
   plan.budget = budget;
@@ -153,6 +160,13 @@ Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget, uint64_t gr
   std::vector<bool> taken(gaps.size(), false);
   std::vector<size_t> chosen;
   const auto excess = [&](size_t p) { return present[p] > budget ? present[p] - budget : 0; };
+  if (across_first)  // Note [Across the iteration's end]
+    for (size_t i = 0; i < gaps.size(); ++i)
+      if (gaps[i].next == m.seqs.size() && gaps[i].next - gaps[i].use > m.seqs.size() / 2) {
+        taken[i] = true;
+        chosen.push_back(i);
+        for (size_t p = gaps[i].first(); p <= gaps[i].last(); ++p) present[p] -= gaps[i].bytes;
+      }
   while (true) {
     size_t worst = 0;
     for (size_t p = 1; p < present.size(); ++p)
@@ -194,6 +208,9 @@ Result<OffloadPlan> plan_vcudnn(const SpanModel& m, uint64_t budget, uint64_t gr
   }
   for (size_t k = chosen.size(); k-- > 0;) {
     const Gap& g = gaps[chosen[k]];
+    // Across the end: kept though no call needs them; what they buy is time (the link idle early in
+    // the step), which bytes do not show.
+    if (across_first && g.next == m.seqs.size()) continue;
     bool needed = false;
     for (size_t p = g.first(); p <= g.last() && !needed; ++p) needed = present[p] + g.bytes > budget;
     if (needed) continue;
@@ -294,9 +311,11 @@ SpanModel span_model(const Trace& trace, const Lifetimes& lifetimes, const Offlo
     l.movable = own_granules && (replayable || !options.replayable_only);
     l.bytes = own_granules ? round_up(bl.bytes, options.granule) : bl.bytes;
     l.partial = l.movable && options.partial_moves && bl.alloc_seq && bl.free_seq;
+    l.through = !bl.alloc_seq && !bl.free_seq;
     m.lives.push_back(std::move(l));
   }
   m.fixed_bytes = lifetimes.untouched_bytes;
+  m.across_end = options.across_end;
   return m;
 }
 
@@ -368,7 +387,7 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
         "{} (what that call and its neighbours use, buffers below one granule of {} and library buffers stay{})",
         mib(budget), mib(bound.least_bytes), bound.least_bytes, bound.seq, mib(options.granule),
         m.fixed_bytes ? ", and " + mib(m.fixed_bytes) + " alive that no call of the iteration uses" : "")};
-  if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget, options.granule);
+  if (policy == OffloadPolicy::kVcudnn) return plan_vcudnn(m, budget, options.granule, options.across_first);
   if (policy == OffloadPolicy::kModnn) return plan_modnn(trace, lifetimes, m, budget, link, default_call_ms);
   return plan_vdnn(trace, lifetimes, m, budget, policy);
 }
@@ -619,7 +638,7 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
   const std::vector<double> duration = durations(trace, m, default_call_ms, &t.untimed_calls);
   // Bytes per millisecond.
   const double d2h = bytes_per_ms(link.device_to_host_gbps), h2d = bytes_per_ms(link.host_to_device_gbps);
-  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n);
+  std::vector<std::vector<size_t>> out_after(n), back_at(n), needed_by(n + 1);  // n: the next iteration
   std::vector<std::vector<std::pair<size_t, uint64_t>>> handed_at(n);  // (move, bytes it must have read)
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     out_after[plan.moves[i].out_after].push_back(i);
@@ -690,7 +709,14 @@ PlanTimeline time_plan(const Trace& trace, const SpanModel& m, const OffloadPlan
       t.copies_out.push_back({i, start, out_end[i]});
     }
   }
-  t.step_ms = now;
+  // Moves across the iteration's end are back before the next iteration starts.
+  double ready = now;
+  for (size_t i : needed_by[n]) ready = std::max(ready, back_end[i]);
+  if (ready > now) {
+    ++t.late_prefetches;
+    t.stall_ms += ready - now;
+  }
+  t.step_ms = ready;
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     const size_t off = plan.moves[i].off_from;
     if (off < n && out_end[i] > t.call_start_ms[off]) ++t.late_offloads;
@@ -744,10 +770,12 @@ double lower_bound_ms(const SpanModel& m, const std::vector<double>& duration, u
     for (const SpanModel::Life& l : m.lives) {
       if (!l.movable || l.first > p || l.last < p) continue;
       const auto next = std::lower_bound(l.uses.begin(), l.uses.end(), p);
-      if (next == l.uses.begin() || next == l.uses.end() || *next == p) continue;
+      if (next == l.uses.begin()) continue;
+      const bool across = next == l.uses.end();  // back by the span's end (Note [Across the iteration's end])
+      if (across ? !(m.across_end && l.through) : *next == p) continue;
       const size_t last = *(next - 1);
       out.push_back({start[last] + duration[last], static_cast<double>(l.bytes)});
-      back.push_back({compute - start[*next], static_cast<double>(l.bytes)});
+      back.push_back({compute - start[across ? n : *next], static_cast<double>(l.bytes)});
     }
     const double gone = least_time_to_move(out, e, d2h);   // the earliest p can start
     const double tail = least_time_to_move(back, e, h2d);  // from p's end: back, then the compute after
@@ -800,7 +828,9 @@ std::string check_plan(const SpanModel& m, const OffloadPlan& plan) {
       return fmt::format("buffer {} moves {} bytes from {}, not its {} (or a part of it that may move)", mv.life,
                          mv.bytes, mv.offset, l.bytes);
     const auto at = std::find(l.uses.begin(), l.uses.end(), mv.out_after);
-    if (at == l.uses.end() || at + 1 == l.uses.end() || *(at + 1) != mv.next_use)
+    const bool last = at == l.uses.end() || at + 1 == l.uses.end();
+    const size_t next = !last ? *(at + 1) : m.across_end && l.through ? m.seqs.size() : SIZE_MAX;
+    if (at == l.uses.end() || next != mv.next_use)
       return fmt::format("buffer {}: calls {} and {} are not two consecutive uses", mv.life, mv.out_after, mv.next_use);
     if (mv.first_absent() <= mv.out_after)
       return fmt::format("buffer {} is off the device from call {}, before the use at {} its copy out follows", mv.life,

@@ -82,6 +82,16 @@ std::vector<PlacedBuffer> placeable(const Trace& trace, const Lifetimes& lifetim
   std::vector<PlacedBuffer> out;
   for (size_t i = 0; i < lifetimes.buffers.size(); ++i) {
     const BufferLife& b = lifetimes.buffers[i];
+    if (model.across_end && model.lives[i].through && large(i) && !absent[i].empty()) {
+      PlacedBuffer p;  // Note [Across the iteration's end], offload_plan.h
+      p.life = i;
+      p.through = true;
+      p.bytes = model.lives[i].bytes;
+      p.moved = true;
+      p.resident = less(0, n - 1, absent[i]);
+      out.push_back(std::move(p));
+      continue;
+    }
     if (!large(i) || !b.alloc_seq || n == 0) continue;
     const SpanModel::Life& life = model.lives[i];
     PlacedBuffer p;
@@ -541,6 +551,8 @@ std::string check_placement(const SpanModel& model, const std::vector<OffloadMov
     }
     if (want != p.resident) return fmt::format("life {}: residency is not its life less its absences", p.life);
     if (p.moved != !absent[p.life].empty()) return fmt::format("life {}: moved flag wrong", p.life);
+    if (p.through && !(model.across_end && life.through && p.moved && p.partner == PlacedBuffer::kNoPartner))
+      return fmt::format("life {}: placed as alive through the span, which it is not (or it never moves)", p.life);
     if (p.kept % placement.granule || p.kept >= p.bytes || (p.kept && p.partner != PlacedBuffer::kNoPartner))
       return fmt::format("life {}: keeps {} of its {} bytes", p.life, p.kept, p.bytes);
     if (p.kept && p.kept_resident != Intervals{{life.first, life.last}})
@@ -785,12 +797,19 @@ Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, u
   LinkModel link = measured;
   link.device_to_host_gbps *= kCopyOutRate;
   link.both_gbps *= kCopyOutRate;
-  OffloadOptions whole = options;
-  whole.partial_moves = false;
-  Result<PlacedPlan> out = plan_placed_with(trace, lifetimes, budget, whole, link, default_call_ms);
-  if (options.partial_moves) {
-    Result<PlacedPlan> part = plan_placed_with(trace, lifetimes, budget, options, link, default_call_ms);
-    if (part && (!out || part->step_ms < out->step_ms)) out = std::move(part);
+  Result<PlacedPlan> out = Error{""};
+  // Note [Across the iteration's end]: with moves across the end allowed, also a plan that takes them
+  // first; the faster is kept.
+  for (const bool across : {false, true}) {
+    if (across && !options.across_end) break;
+    for (const bool partial : {false, true}) {
+      if (partial && !options.partial_moves) break;
+      OffloadOptions o = options;
+      o.partial_moves = partial;
+      o.across_end = o.across_first = across;
+      Result<PlacedPlan> p = plan_placed_with(trace, lifetimes, budget, o, link, default_call_ms);
+      if (p ? !out || p->step_ms < out->step_ms : !out && out.error().message.empty()) out = std::move(p);
+    }
   }
   // The step it predicts is at the measured rates, as every other timeline's.
   if (out) {

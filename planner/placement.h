@@ -74,6 +74,10 @@ struct PlacedBuffer {
   // the plan's absences; a buffer with a partner wraps around (from 0, and to the span's end).
   std::vector<std::pair<size_t, size_t>> resident;
   bool moved = false;  // the plan takes it off the device at least once
+  // Alive through the span, not allocated by it (OffloadOptions::across_end: placed when it moves,
+  // Note [Across the iteration's end] in offload_plan.h); on the device from the span's start to its
+  // first move and after its last.
+  bool through = false;
   // Note [Moving part of a buffer]: its first `kept` bytes never leave (on the device over its
   // whole life, `kept_resident`); `resident` is then its moving part's residency.
   uint64_t kept = 0;

@@ -228,6 +228,7 @@ struct PlanRequest {
   bool replay = false;
   bool placement = false;
   bool whole_moves = false;
+  bool across_end = false;
   double d2h_gbps = 0, h2d_gbps = 0, both_gbps = 0;  // 0: the trace's, else kAssumedLink
   double call_ms = 0;                                // a call the trace did not time
   std::string workspace_limit;                       // what if micro-batching bounded the workspaces
@@ -363,7 +364,8 @@ int run_plan(PlanRequest q) {
                        {"offset", mv.offset},
                        {"out_after", m.seqs[mv.out_after]},
                        {"prefetch_at", m.seqs[mv.prefetch_at]},
-                       {"next_use", m.seqs[mv.next_use]}});
+                       // past the span: the next iteration's (Note [Across the iteration's end])
+                       {"next_use", mv.next_use < m.seqs.size() ? m.seqs[mv.next_use] : t.end_seq}});
     out["plans"].push_back({{"policy", offload_policy_name(policy)},
                             {"fits", p.fits},
                             {"bytes_moved", p.bytes_moved},
@@ -413,6 +415,7 @@ int run_plan(PlanRequest q) {
     OffloadOptions o;
     o.replayable_only = true;
     o.partial_moves = !q.whole_moves;  // Note [Moving part of a buffer]
+    o.across_end = q.across_end;       // Note [Across the iteration's end]
     auto placed = plan_placed(t, l, *budget, o, link, q.call_ms);
     if (!placed) {
       fmt::print("static placement: {}\n", placed.error().message);
@@ -441,11 +444,25 @@ int run_plan(PlanRequest q) {
           placed->held ? "held until copied out" : "handed over as they leave", mib_text(p.pool_bytes),
           p.buffers.size(), mib_text(p.resident_peak), mib_text(p.other_peak), mib_text(p.total()), mib_text(*budget),
           p.remap_calls, p.blocks, p.first_mappings);
-      size_t in_part = 0;
-      for (const OffloadMove& mv : placed->plan.moves) in_part += mv.offset ? 1 : 0;
+      size_t in_part = 0, across = 0;
+      uint64_t across_bytes = 0;
+      for (const OffloadMove& mv : placed->plan.moves) {
+        in_part += mv.offset ? 1 : 0;
+        if (mv.next_use == pm.seqs.size()) {
+          ++across;
+          across_bytes += mv.bytes;
+        }
+      }
+      if (q.across_end)
+        fmt::print(
+            "static placement: {} moves across the iteration's end ({}; the runtime does not follow such plans "
+            "yet)\n",
+            across, mib_text(across_bytes));
       out["placement"] = {{"plan_budget", placed->plan_budget},
                           {"moves", placed->plan.moves.size()},
                           {"moves_in_part", in_part},
+                          {"moves_across_end", across},
+                          {"bytes_across_end", across_bytes},
                           {"bytes_moved", placed->plan.bytes_moved},
                           {"step_ms", time.step_ms},
                           {"waits_for_copies_out_ms", time.room_ms},
@@ -569,6 +586,10 @@ int main(int argc, char** argv) {
   plan->add_flag("--whole-moves", plan_request.whole_moves,
                  "with --placement: move whole buffers only, as VCUDNN_OFFLOAD_PLACEMENT=static-whole does (by "
                  "default a buffer may move in part: Note [Moving part of a buffer])");
+  plan->add_flag("--across-end", plan_request.across_end,
+                 "with --placement: buffers alive through the iteration (optimizer state) may stay off the device "
+                 "across its end, placed in the pool while they move (Note [Across the iteration's end]); the "
+                 "runtime does not follow such plans yet");
   plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");
