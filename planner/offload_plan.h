@@ -80,8 +80,9 @@ struct OffloadOptions {
 // Note [Across the iteration's end]
 // The span a trace records begins with the optimizer step (the previous step's gradients applied),
 // then the forward and backward passes. SGD's momentum buffers (and Adam's moments) are used there
-// only: idle over the whole forward and backward pass, ~98 MiB on ResNet-50 and 536 MiB on VGG-16,
-// whose fc weights are idle through the backward pass of its convolutions too (1008 MiB in all).
+// only: idle over the whole forward and backward pass (98 MiB on ResNet-50, 536 MiB on VGG-16), as
+// are weights after their backward use: on ResNet-50 b128 150 MiB of such buffers can move, on VGG-16
+// b64 1018 MiB (its fc6 weight and momentum are 392 MiB each).
 // A gap between two uses inside the span cannot name them. A move across the end does: out after the
 // buffer's last use, back before the span's end (next_use is the span's size, the next iteration's
 // first call), so that it is on the device again when the next optimizer step runs.
