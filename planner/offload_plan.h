@@ -69,8 +69,8 @@ struct OffloadOptions {
   // buffer]): only a static placement can follow such a plan (the arena evicts whole buffers).
   bool partial_moves = false;
   // Buffers alive through the span may stay off the device across its end (Note [Across the
-  // iteration's end]): for plans laid out by a static placement that places them. Off by default:
-  // the runtime does not follow such plans yet.
+  // iteration's end]): for plans laid out by a static placement that places them. Off by default; the
+  // runtime follows such plans under VCUDNN_OFFLOAD_PLACEMENT=static-across (MemoryManager::adopt_placed).
   bool across_end = false;
   // vcudnn's plan takes every such move first (each buffer idle over more than half the span), then
   // covers what is left; plan_placed() tries it both ways.
@@ -92,6 +92,10 @@ struct OffloadOptions {
 //     otherwise outside the pool, and what stays outside counts at its most (Placement::other_peak,
 //     at the optimizer step). So such buffers are placed when they move, on the device from the
 //     span's start to the move and again after it (placement.h).
+//   - At run time (VCUDNN_OFFLOAD_PLACEMENT=static-across) such a buffer lives in the arena, at the
+//     address the program holds, until the plan first takes it away. Coming back, its pool slot takes
+//     it at that address (an external slot: PlacedPool::adopt, MemoryManager::adopt_placed); from then
+//     on it leaves and comes back as any placed buffer.
 // In the plan's model on the H100 traces of 2026-11-25 (budgets as the runtime set them): ResNet-50
 // b128 at 90 % 73.07 -> 71.41 ms (its compute: no wait left); VGG-16 `offload` at 90 % 73.8 ->
 // 60.9 ms, at 70 % from no plan at all to 127.5 ms; VGG-16 under micro-batching at 70 % 134.6 ->

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 namespace vcudnn {
@@ -143,8 +144,20 @@ Status place_script(ReplayScript& script, const Trace& trace, const Lifetimes& l
     out.cuts.push_back(cut / g);
   }
   out.slots.assign(allocs, {});
+  std::set<uint64_t> through;  // their serials
   for (const PlacedBuffer& p : placement.buffers) {
     const BufferLife& life = lifetimes.buffers.at(p.life);
+    if (p.through) {  // Note [Across the iteration's end]: whole, in whole blocks
+      if (life.alloc_seq || life.free_seq || p.kept || p.offset % g || p.bytes % g)
+        return Error{fmt::format("placement: buffer {} is not alive through the iteration, or moves in part",
+                                 trace.buffers.at(life.buffer).id)};
+      ReplayThroughSlot t{trace.buffers.at(life.buffer).id, {p.offset / g, p.bytes / g, 0, {}}};
+      if (p.segments.size() > 1)
+        for (const PlacedSegment& s : p.segments) t.slot.segments.push_back({s.offset / g, s.bytes / g});
+      through.insert(t.serial);
+      out.through.push_back(std::move(t));
+      continue;
+    }
     const auto index = life.alloc_seq ? alloc_index.find(*life.alloc_seq) : alloc_index.end();
     if (index == alloc_index.end())
       return Error{
@@ -163,8 +176,9 @@ Status place_script(ReplayScript& script, const Trace& trace, const Lifetimes& l
   // the buffers placed in its absence may still hold its pool bytes before then.
   for (ReplayAction& a : script.actions) {
     const ReplayTarget& t = script.targets.at(a.target);
-    if (a.kind == ReplayAction::kPrefetch && !t.persistent && t.alloc_index < out.slots.size() &&
-        out.slots[t.alloc_index].granules)
+    if (a.kind == ReplayAction::kPrefetch &&
+        ((!t.persistent && t.alloc_index < out.slots.size() && out.slots[t.alloc_index].granules) ||
+         (t.persistent && through.count(t.serial))))
       a.earliest = a.event;
   }
   script.placement = std::move(out);

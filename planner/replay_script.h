@@ -77,10 +77,17 @@ struct ReplaySlot {
   std::vector<ReplaySegment>
       segments;  // where its granules lie, in its order (Note [Buffers in pieces]); empty: at offset
 };
+// A buffer alive through the iteration placed while it moves (Note [Across the iteration's end],
+// planner/offload_plan.h): found by its serial; its range is its own (PlacedPool::adopt).
+struct ReplayThroughSlot {
+  uint64_t serial = 0;
+  ReplaySlot slot;
+};
 struct ReplayPlacement {
   uint64_t granule = 0;
   std::vector<uint64_t> cuts;     // block boundaries, from 0 to the pool's granules; empty: no placement
   std::vector<ReplaySlot> slots;  // by allocation index
+  std::vector<ReplayThroughSlot> through;
   uint64_t pool_granules() const { return cuts.empty() ? 0 : cuts.back(); }
 };
 

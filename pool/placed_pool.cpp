@@ -65,16 +65,27 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
     std::vector<std::vector<Segment>> layout(slots.size());
     std::vector<uint64_t> kept(slots.size(), 0);
     uint64_t total = 0;
+    bool any = false;
     for (size_t k = 0; k < slots.size(); ++k) {
       if (!slots[k].granules) continue;
       layout[k] = laid_out(slots[k], &kept[k]);
+      if (slots[k].external) {
+        // Its range is the buffer's own: exactly its granules, so each segment whole blocks.
+        bool whole = slots[k].kept == 0;
+        for (const Segment& g : layout[k]) whole = whole && is_cut(g.offset) && is_cut(g.offset + g.granules);
+        if (!whole) layout[k].clear();
+        any = any || whole;
+        continue;
+      }
       total += window(layout[k]);
     }
-    if (total == 0) return;
+    if (total == 0 && !any) return;
     uint64_t base = 0;
-    if (!backend_.reserve(total * g_, &base)) return;
-    base_ = base;
-    reserved_ = total * g_;
+    if (total) {
+      if (!backend_.reserve(total * g_, &base)) return;
+      base_ = base;
+      reserved_ = total * g_;
+    }
     uint64_t va = base_;
     slots_.resize(slots.size());
     for (size_t k = 0; k < slots.size(); ++k) {
@@ -83,6 +94,10 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
       s.segs = std::move(layout[k]);
       s.granules = slots[k].granules;
       s.kept = kept[k];
+      if (slots[k].external) {
+        s.external = true;
+        continue;
+      }
       s.base = va;
       s.va = va + (s.segs.front().offset - block_of(s.segs.front().offset)->first) * g_;
       slot_of_va_.emplace(s.va, static_cast<uint32_t>(k));
@@ -91,6 +106,7 @@ PlacedPool::PlacedPool(PhysicalBackend& backend, uint64_t granularity, std::vect
     owner_.assign(pool, nullptr);
     tags_.assign(pool, {});
     away_.assign(pool, 0);
+    ok_ = true;
   } catch (...) {
     slots_.clear();
   }
@@ -118,6 +134,20 @@ PlacedPool::~PlacedPool() {
       backend_.unreserve(base_, reserved_);
     } catch (...) {
     }
+  }
+}
+
+bool PlacedPool::adopt(uint32_t slot, const void* owner, uint64_t va) {
+  try {
+    if (!placed(slot) || !owner || va == 0) return false;
+    SlotState& s = slots_[slot];
+    if (!s.external || s.va || s.owner || s.mapped || s.detached) return false;
+    s.base = s.va = va;
+    s.owner = owner;
+    slot_of_va_.emplace(va, slot);
+    return true;
+  } catch (...) {
+    return false;
   }
 }
 
@@ -240,7 +270,7 @@ PlacedPool::Result PlacedPool::take(uint32_t slot, const void* owner, TagSet* wa
                                     const std::function<bool(const void*)>& may_hand_over,
                                     std::vector<HandOver>* handed_over) {
   try {
-    if (!placed(slot) || !owner) return Result::kFailed;
+    if (!placed(slot) || !owner || slots_[slot].external) return Result::kFailed;  // external: adopt()
     SlotState& s = slots_[slot];
     const auto busy = [&] {
       ++stats_.busy;

@@ -51,6 +51,11 @@ class PlacedPool {
     // placement.h); empty: [offset, offset + granules). Block boundaries lie at every joint between
     // two (a slot whose joints are not is not placed).
     std::vector<Segment> segments;
+    // The buffer's range is its own, made elsewhere (a buffer alive through the iteration, in the
+    // arena at the address the program holds: Note [Across the iteration's end], planner/
+    // offload_plan.h): the pool reserves none for it, and adopt() gives the address. Its granules are
+    // whole blocks (each segment's ends are cuts) and it moves whole, else it is not placed.
+    bool external = false;
   };
   // `cuts`: block boundaries in pool granules, ascending, from 0 to the pool's granules.
   // `slots`: by allocation index. ok() is false when the arguments are inconsistent or the
@@ -60,7 +65,7 @@ class PlacedPool {
   PlacedPool(const PlacedPool&) = delete;
   PlacedPool& operator=(const PlacedPool&) = delete;
 
-  bool ok() const { return reserved_ != 0; }
+  bool ok() const { return ok_; }
   size_t slots() const { return slots_.size(); }
   bool placed(uint32_t slot) const { return slot < slots_.size() && slots_[slot].granules > 0; }
   uint64_t address(uint32_t slot) const { return slots_[slot].va; }
@@ -110,6 +115,13 @@ class PlacedPool {
   // `by_piece` the same by piece, as restore() gives them). No driver call.
   Result reclaim(uint32_t slot, const void* owner, TagSet* waits, std::vector<TagSet>* by_piece = nullptr,
                  uint64_t piece_bytes = 0);
+  // An external slot (Slot::external) takes `owner`, away on the host, whose range is [va, va +
+  // span(slot)), unmapped: the slot is then as a placed buffer's that was evicted, and restore() (or
+  // restore_detached()) brings it back. Its range stays the owner's: the pool unmaps it when the
+  // owner leaves and when the pool goes, and never gives it back. false when the slot is not
+  // external or already has a buffer.
+  bool adopt(uint32_t slot, const void* owner, uint64_t va);
+  bool external(uint32_t slot) const { return placed(slot) && slots_[slot].external; }
   // The buffers holding pool bytes of the slot now, other than `owner`.
   std::vector<const void*> holders(uint32_t slot, const void* owner) const;
   // Maps an evicted slot's range onto a fresh extent of its own (the caller made room).
@@ -153,6 +165,7 @@ class PlacedPool {
     const void* owner = nullptr;
     TagSet freed;  // the last release's tags (a detached extent goes once they settle)
     bool release_pending = false;
+    bool external = false;  // Slot::external: va is 0 until adopt()
   };
   enum class Part { kAll, kKept, kMoving };
   // The pieces of a slot's range (of its kept or moving part): each whole block its granules lie in,
@@ -178,6 +191,7 @@ class PlacedPool {
   PhysicalBackend& backend_;
   uint64_t g_ = 0;
   uint64_t base_ = 0, reserved_ = 0;
+  bool ok_ = false;
   std::vector<Block> blocks_;
   std::vector<SlotState> slots_;
   std::unordered_map<uint64_t, uint32_t> slot_of_va_;

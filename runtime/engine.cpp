@@ -64,7 +64,8 @@ RecorderConfig recorder_config(const Options& o) {
   c.trace_path = o.get(kTrace);
   if (features_of(o.policy).own_memory) {
     c.on_iteration = [policy = o.get(kOffloadPolicy), placement = o.get(kOffloadPlacement) != "off",
-                      partial = o.get(kOffloadPlacement) == "static",
+                      partial = o.get(kOffloadPlacement) != "static-whole",
+                      across = o.get(kOffloadPlacement) == "static-across",
                       microbatch = features_of(o.policy).microbatch](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;
@@ -76,7 +77,7 @@ RecorderConfig recorder_config(const Options& o) {
           place = false;
         }
       }
-      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place, partial);
+      const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place, partial, across);
       if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);
       // Note [Workspaces that decide the budget]: said, never done (it would change the numbers).
       if (m->budget() && !microbatch) {

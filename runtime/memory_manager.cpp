@@ -525,6 +525,7 @@ bool MemoryManager::wait_for_idle() {
 void MemoryManager::install_replay(ReplayScript script) {
   // Note [A static placement]: the pool reserves its ranges now; its memory comes as slots need it.
   std::unique_ptr<pool::PlacedPool> pool;
+  std::unordered_map<uint64_t, uint32_t> through;
   const ReplayPlacement& placement = script.placement;
   if (config_.device_budget && !placement.cuts.empty() && placement.granule == arena_.granularity()) {
     std::vector<pool::PlacedPool::Slot> slots;
@@ -534,17 +535,25 @@ void MemoryManager::install_replay(ReplayScript script) {
       for (const ReplaySegment& s : slot.segments) segments.push_back({s.offset, s.granules});
       slots.push_back({slot.offset, slot.granules, slot.kept, std::move(segments)});
     }
+    for (const ReplayThroughSlot& t : placement.through) {  // Note [Across the iteration's end]
+      std::vector<pool::PlacedPool::Segment> segments;
+      for (const ReplaySegment& s : t.slot.segments) segments.push_back({s.offset, s.granules});
+      through[t.serial] = static_cast<uint32_t>(slots.size());
+      slots.push_back({t.slot.offset, t.slot.granules, 0, std::move(segments), true});
+    }
     pool = std::make_unique<pool::PlacedPool>(physical_, arena_.granularity(), placement.cuts, std::move(slots));
     if (!pool->ok()) {
       VCUDNN_LOG_WARN(
           "offload: the static placement's address range could not be reserved; the arena serves every buffer");
       pool.reset();
+      through.clear();
     }
   }
   auto replay = std::make_unique<Replayer>(std::move(script));
   std::lock_guard<std::mutex> lock(mu_);
   if (placed_) retired_.push_back(std::move(placed_));  // its buffers live on; it goes once drained
   placed_ = std::move(pool);
+  through_slots_ = std::move(through);
   if (installs_++ > 0) ++counters_.replans;
   judged_iterations_ = 0;
   waits_taken_iterations_ = 0;
@@ -821,7 +830,7 @@ RestoreResult MemoryManager::restore_locked(Buffer* b, StreamRef stream, bool fa
     case BufferState::kEvicted:
       break;
   }
-  if (b->placed_pool) return restore_placed(b, stream, fault);
+  if (adopt_placed(b) || b->placed_pool) return restore_placed(b, stream, fault);
   const auto attempt = [&] { return residency_.restore(b, stream ? std::optional<Stream>(*stream) : std::nullopt); };
   if (!with_room(b->span / arena_.granularity(), attempt)) return RestoreResult::kNoRoom;
   evicted_requested_ -= b->bytes;
@@ -966,6 +975,30 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
   ++counters_.placed_served;
   replay->bind(b);
   return b->address;
+}
+
+// Note [Across the iteration's end] (planner/offload_plan.h): a buffer alive through the iteration
+// that the placement places lives in the arena until the plan first takes it away. Coming back, its
+// pool slot takes it at its own address (PlacedPool::adopt): from then on it is a placed buffer, and
+// the arena keeps its range, unmapped, reserved for it for good (also once the program frees it:
+// such buffers live as long as the program, and the pool unmaps the range when it goes). A buffer an
+// earlier script's pool took moves to the current one's slot the same way, while it is away (its
+// range unmapped), so that the retired pool can drain.
+bool MemoryManager::adopt_placed(Buffer* b) {
+  if (!placed_ || through_slots_.empty() || b->kept || b->placed_pool == placed_.get()) return false;
+  const auto it = through_slots_.find(b->serial);
+  if (it == through_slots_.end()) return false;
+  pool::PlacedPool& p = *placed_;
+  if (!p.external(it->second) || p.span(it->second) != b->span) return false;
+  if (b->placed_pool ? !b->placed_pool->external(b->placed_slot) || b->placed_pool->is_mapped(b->placed_slot)
+                     : !arena_.is_evicted(b->address))
+    return false;
+  if (!p.adopt(it->second, b, b->address)) return false;
+  if (b->placed_pool) b->placed_pool->release(b->placed_slot, b, {});
+  b->placed_pool = &p;
+  b->placed_slot = it->second;
+  ++counters_.placed_adopted;
+  return true;
 }
 
 // A placed buffer back: onto its pool bytes when no one holds them, else onto an extent of its own.
@@ -1491,10 +1524,10 @@ std::string MemoryManager::summary() const {
 std::string MemoryManager::placed_summary(const ManagerStats& s) const {
   if (!s.placed_served && !s.placed_fallbacks && !s.pool_held) return "";
   return fmt::format(
-      " placement: served={} fallbacks={} pool={} blocks={} mappings={} detached={} handovers={} resumed={} "
+      " placement: served={} fallbacks={} adopted={} pool={} blocks={} mappings={} detached={} handovers={} resumed={} "
       "back_in_pieces={} shrunk={}",
-      s.placed_served, s.placed_fallbacks, mib(s.pool_held), s.pool_blocks, s.pool_mappings, s.pool_detached,
-      s.pool_handovers, s.resumed, s.restores_in_pieces, mib(s.pool_shrunk));
+      s.placed_served, s.placed_fallbacks, s.placed_adopted, mib(s.pool_held), s.pool_blocks, s.pool_mappings,
+      s.pool_detached, s.pool_handovers, s.resumed, s.restores_in_pieces, mib(s.pool_shrunk));
 }
 
 std::string MemoryManager::driver_costs() const {

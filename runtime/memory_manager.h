@@ -115,6 +115,7 @@ struct ManagerStats {
   // A static placement followed (Note [A static placement]).
   uint64_t placed_served = 0;     // allocations served from their slot
   uint64_t placed_fallbacks = 0;  // placed allocations served by the arena (slot busy or no room)
+  uint64_t placed_adopted = 0;    // buffers alive through the iteration taken into the pool (adopt_placed)
   uint64_t pool_held = 0;         // physical memory of the pool now
   uint64_t pool_blocks = 0;       // blocks created, ever
   uint64_t pool_mappings = 0;     // ranges mapped onto the pool (or extents of their own), ever
@@ -276,6 +277,9 @@ class MemoryManager {
   std::optional<uint64_t> allocate_placed(uint32_t slot, uint64_t bytes, StreamRef stream, Origin origin,
                                           Replayer* replay);
   RestoreResult restore_placed(Buffer* b, StreamRef stream, bool fault);
+  // A buffer alive through the iteration that the placement places (Note [Across the iteration's
+  // end]), away from the arena: its pool slot takes it, at its own address. false: not this one.
+  bool adopt_placed(Buffer* b);
   uint64_t pool_held() const;          // the physical memory of the pools (the current and retired ones)
   void sync_budgets();                 // the arena's budget: the device budget less the pools'
   bool physical_fits(uint64_t bytes);  // `bytes` more physical memory fit the budget now
@@ -355,6 +359,7 @@ class MemoryManager {
   std::atomic<Replayer*> replay_{nullptr};
   std::unique_ptr<pool::PlacedPool> placed_;                // the current script's placement (under mu_)
   std::vector<std::unique_ptr<pool::PlacedPool>> retired_;  // earlier scripts' pools, until drained
+  std::unordered_map<uint64_t, uint32_t> through_slots_;    // placed_'s external slots, by buffer serial
   uint64_t peak_physical_ = 0;                              // arena mapped + pools held, at its most
   OpSink* recording_sink() const {
     OpSink* s = sink_.load(std::memory_order_acquire);

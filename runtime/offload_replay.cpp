@@ -33,7 +33,7 @@ constexpr double kUntimedCallMs = 0.005;
 // whether a script was installed.
 std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::MemoryManager& manager,
                                               const std::string& name, OffloadPolicy policy, uint32_t room,
-                                              bool placement, bool partial_moves) {
+                                              bool placement, bool partial_moves, bool across) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lifetimes lt = lifetimes(trace);
   OffloadOptions options;
@@ -41,6 +41,9 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   options.replayable_only = true;
   // Note [Moving part of a buffer]: only a static placement follows a plan that moves part of a buffer.
   options.partial_moves = placement && partial_moves && policy == OffloadPolicy::kVcudnn;
+  // Note [Across the iteration's end]: for plan_placed() alone, which places such buffers.
+  OffloadOptions placed_options = options;
+  placed_options.across_end = placement && across && policy == OffloadPolicy::kVcudnn;
   const LinkModel link =
       trace.link ? LinkModel{trace.link->device_to_host, trace.link->host_to_device, trace.link->both} : kAssumedLink;
   // The plan leaves 1/room of the budget for what its model does not see: buffers below a granule
@@ -55,17 +58,28 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   if (placement && policy == OffloadPolicy::kVcudnn) {
     // Note [Room the plan leaves]: a static placement counts the bytes outside its pool; half the room.
     const uint64_t placed_target = budget - budget / (2 * room);
-    Result<PlacedPlan> p = plan_placed(trace, lt, placed_target, options, link, kUntimedCallMs);
+    Result<PlacedPlan> p = plan_placed(trace, lt, placed_target, placed_options, link, kUntimedCallMs);
     if (p) {
       room *= 2;
       target = placed_target;
       placed = std::move(p->placement);
-      placed_what = fmt::format(
-          "; a static placement: {} pool for {} buffers (the plan made for {}; moved buffers' bytes {}; predicted "
-          "step {:.1f} ms, {:.1f} of it waiting for copies out), at most {} outside it, {} driver calls an iteration",
-          mib(placed->pool_bytes), placed->buffers.size(), mib(p->plan_budget),
-          p->held ? "held until copied out" : "handed over as they leave", p->step_ms, p->handover_ms,
-          mib(placed->other_peak), placed->remap_calls);
+      std::string across_what;  // Note [Across the iteration's end]
+      if (placed_options.across_end) {
+        size_t n = 0;
+        uint64_t bytes = 0;
+        for (const OffloadMove& mv : p->plan.moves)
+          if (mv.next_use == model.seqs.size()) ++n, bytes += mv.bytes;
+        across_what = fmt::format("; {} moves across the iteration's end ({})", n, mib(bytes));
+      }
+      placed_what =
+          fmt::format(
+              "; a static placement: {} pool for {} buffers (the plan made for {}; moved buffers' bytes {}; predicted "
+              "step {:.1f} ms, {:.1f} of it waiting for copies out), at most {} outside it, {} driver calls an "
+              "iteration",
+              mib(placed->pool_bytes), placed->buffers.size(), mib(p->plan_budget),
+              p->held ? "held until copied out" : "handed over as they leave", p->step_ms, p->handover_ms,
+              mib(placed->other_peak), placed->remap_calls) +
+          across_what;
       plan = std::move(p->plan);
     } else {
       placed_what = "; no static placement (" + p.error().message + ")";
@@ -160,7 +174,7 @@ std::string collectives_hazard() {
 }
 
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name,
-                                      uint32_t room, bool placement, bool partial) {
+                                      uint32_t room, bool placement, bool partial, bool across) {
   if (!manager.budget()) return "";
   if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
   const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
@@ -176,6 +190,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
     bool said_last = false;
     bool placement = true;
     bool partial = true;
+    bool across = false;
     std::mutex mu;  // two threads may each find a re-plan due
   };
   auto state = std::make_shared<Replan>();
@@ -185,6 +200,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
   state->room = room;
   state->placement = placement;
   state->partial = partial;
+  state->across = across;
   manager.set_replanner([state, &manager](uint64_t helped) {
     std::lock_guard<std::mutex> lock(state->mu);
     if (state->room <= kMostRoom) {
@@ -197,11 +213,11 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
     }
     state->room /= 2;
     const auto [what, installed] = plan_and_install(state->trace, manager, state->name, state->policy, state->room,
-                                                    state->placement, state->partial);
+                                                    state->placement, state->partial, state->across);
     VCUDNN_LOG_INFO("offload: the plan needed {} on-demand evictions or fault-ins in an iteration; planned again: {}",
                     helped, what);
   });
-  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room, placement, partial);
+  const auto [what, installed] = plan_and_install(trace, manager, name, *policy, room, placement, partial, across);
   if (!installed) manager.set_replanner(nullptr);
   return what;
 }

@@ -58,8 +58,10 @@ std::string collectives_hazard_in(const std::vector<std::string>& thread_names, 
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.
 // `placement`: the vcudnn policy's plan comes with a static placement of the iteration's buffers
 // (Note [A static placement]) when one fits the budget; `partial`: that plan may move part of a
-// buffer (Note [Moving part of a buffer]).
+// buffer (Note [Moving part of a buffer]); `across`: buffers alive through the iteration may stay
+// off the device across its end (Note [Across the iteration's end]).
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& policy,
-                                      uint32_t room = kFirstRoom, bool placement = true, bool partial = true);
+                                      uint32_t room = kFirstRoom, bool placement = true, bool partial = true,
+                                      bool across = false);
 
 }  // namespace vcudnn

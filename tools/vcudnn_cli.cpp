@@ -455,8 +455,8 @@ int run_plan(PlanRequest q) {
       }
       if (q.across_end)
         fmt::print(
-            "static placement: {} moves across the iteration's end ({}; the runtime does not follow such plans "
-            "yet)\n",
+            "static placement: {} moves across the iteration's end ({}; followed under "
+            "VCUDNN_OFFLOAD_PLACEMENT=static-across)\n",
             across, mib_text(across_bytes));
       out["placement"] = {{"plan_budget", placed->plan_budget},
                           {"moves", placed->plan.moves.size()},
@@ -588,8 +588,8 @@ int main(int argc, char** argv) {
                  "default a buffer may move in part: Note [Moving part of a buffer])");
   plan->add_flag("--across-end", plan_request.across_end,
                  "with --placement: buffers alive through the iteration (optimizer state) may stay off the device "
-                 "across its end, placed in the pool while they move (Note [Across the iteration's end]); the "
-                 "runtime does not follow such plans yet");
+                 "across its end, placed in the pool while they move (Note [Across the iteration's end]), as "
+                 "VCUDNN_OFFLOAD_PLACEMENT=static-across plans");
   plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");

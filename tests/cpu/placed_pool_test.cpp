@@ -319,3 +319,53 @@ TEST_CASE("placed pool: a hand-over says how far into the moving part, in its ra
     CHECK(p.stats().handovers == 2);
   }
 }
+
+// Note [Across the iteration's end] (planner/offload_plan.h): a buffer alive through the iteration
+// keeps the address the program holds, so its slot's range is its own (external): adopted while the
+// buffer is away, then evicted and restored like any placed slot, sharing pool bytes with others.
+TEST_CASE("placed pool: an external slot takes a buffer at its own address and shares pool bytes", "[placed_pool]") {
+  test::SimDevice dev(kG, 100);
+  PlacedPool::Slot outside = slot(2, 4);
+  outside.external = true;
+  PlacedPool::Slot straddling = slot(0, 4);  // not whole blocks: not placed
+  straddling.external = true;
+  PlacedPool p(dev, kG, {0, 2, 6}, {slot(0, 4), outside, straddling});
+  REQUIRE(p.ok());
+  CHECK(p.external(1));
+  CHECK_FALSE(p.placed(2));
+  int a = 0, x = 0, y = 0;
+  pool::TagSet waits;
+  std::vector<PlacedPool::HandOver> over;
+  CHECK(p.take(1, &x, &waits, never, &over) == PlacedPool::Result::kFailed);  // only adopted
+  uint64_t va = 0;
+  REQUIRE(dev.reserve(4 * kG, &va));  // the buffer's own range, as the arena holds it
+  CHECK_FALSE(p.adopt(0, &x, va));    // not external
+  REQUIRE(p.adopt(1, &x, va));
+  CHECK_FALSE(p.adopt(1, &y, va));  // has its buffer
+  CHECK(p.address(1) == va);
+  CHECK(p.slot_at(va) == 1);
+  REQUIRE(p.restore(1, &x, &waits) == PlacedPool::Result::kOk);
+  dev.write(kS, va, 4 * kG, 5);
+  dev.check(kS, va, 4 * kG, 5);
+  dev.run_all();  // its copy out has read it
+  // Away again: slot 0 takes the pool bytes it shares (block [2,6)) in its absence.
+  REQUIRE(p.evict(1, &x, {}));
+  REQUIRE(p.take(0, &a, &waits, never, &over) == PlacedPool::Result::kOk);
+  dev.write(kS, p.address(0), 4 * kG, 8);
+  // Back while slot 0 holds them: refused; after its free, onto the same bytes, ordered after it.
+  CHECK(p.restore(1, &x, &waits) == PlacedPool::Result::kBusy);
+  p.release(0, &a, [] {
+    pool::TagSet t;
+    t.add({4, 2});
+    return t;
+  }());
+  waits.clear();
+  REQUIRE(p.restore(1, &x, &waits) == PlacedPool::Result::kOk);
+  REQUIRE(waits.tags().size() == 1);
+  CHECK(waits.tags()[0] == pool::FreeTag{4, 2});
+  dev.write(kS, va, 4 * kG, 6);
+  dev.check(kS, p.address(0) + 2 * kG, 2 * kG, 6);  // the same physical granules
+  dev.run_all();
+  INFO(dev.first_errors());
+  CHECK(dev.errors.empty());
+}

@@ -71,11 +71,20 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 // buffer]). `device_lag`: see below.
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
                                 uint64_t scale = 64, uint32_t room = kFirstRoom, bool placement = true,
-                                size_t device_lag = 0, bool partial = true) {
+                                size_t device_lag = 0, bool partial = true, bool across = false) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
-  const Trace trace = scaled_trace(original, scale);
+  Trace trace = scaled_trace(original, scale);
   const Lifetimes lt = lifetimes(trace);
+  if (across) {
+    // Buffers alive through the iteration are named by serial (Note [Replaying an offload plan]): the
+    // trace's become the ones the simulation's allocations get (1, 2, ... in the order below), the
+    // others' out of their way.
+    uint64_t next = 0;
+    for (TraceBuffer& b : trace.buffers) b.id = (1ull << 40) + b.id;
+    for (const BufferLife& b : lt.buffers)
+      if (!b.alloc_seq) trace.buffers[b.buffer].id = ++next;
+  }
   MemoryActive on;
   const uint64_t budget_granules = budget / kGranule;
   SimDevice dev(g, budget_granules);
@@ -177,7 +186,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
       }
     }
     dev.run_all();
-    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement, partial);
+    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement, partial, across);
     const SimIteration after = snapshot();
     SimIteration d;
     d.creates = after.creates - before.creates, d.maps = after.maps - before.maps;
