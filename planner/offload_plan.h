@@ -96,6 +96,11 @@ struct OffloadOptions {
 //     address the program holds, until the plan first takes it away. Coming back, its pool slot takes
 //     it at that address (an external slot: PlacedPool::adopt, MemoryManager::adopt_placed); from then
 //     on it leaves and comes back as any placed buffer.
+//   - Each such move unmaps its range and maps it again, block by block: on the simulated device the
+//     27 moves across the end of ResNet-50 b128 at 90 % (momentum of 2-10 MiB a buffer) made ~80 more
+//     pool mappings an iteration (blocks 27 -> 113). On the H100 a mapping with its access setting
+//     cost ~0.1 ms of host time; whether that shows in the step is to be measured (a floor on the
+//     size of such moves is the knob if it does).
 // In the plan's model on the H100 traces of 2026-11-25 (budgets as the runtime set them): ResNet-50
 // b128 at 90 % 73.07 -> 71.41 ms (its compute: no wait left); VGG-16 `offload` at 90 % 73.8 ->
 // 60.9 ms, at 70 % from no plan at all to 127.5 ms; VGG-16 under micro-batching at 70 % 134.6 ->
