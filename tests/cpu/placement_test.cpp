@@ -38,6 +38,28 @@ size_t life_of(const Lifetimes& l, uint32_t buffer) {
   return 0;
 }
 
+// The recorded VGG-16 iteration (batch 64, H100, 2026-11-24), planned as the runtime plans it with a
+// static placement: buffers a later iteration can name, moving in part, at the trace's link.
+struct Vgg16 {
+  Trace t;
+  Lifetimes l;
+  OffloadOptions options;
+  LinkModel link;
+};
+const Vgg16& vgg16() {
+  static const Vgg16 v = [] {
+    auto read = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
+    REQUIRE(read.ok());
+    Vgg16 out{read.value(), {}, {}, {}};
+    out.l = lifetimes(out.t);
+    out.options.replayable_only = true;
+    out.options.partial_moves = true;
+    out.link = {out.t.link->device_to_host, out.t.link->host_to_device, out.t.link->both};
+    return out;
+  }();
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("placement: buffers never on the device together share pool bytes, and a moved buffer's bytes serve others",
@@ -323,15 +345,11 @@ TEST_CASE(
 // recorded on the H100 on 2026-11-24) has feature maps of 784 and 1568 MiB, which the fixed orders
 // pack loosely: at the budget the runtime plans for at 90 % of PyTorch's live peak, no layout fitted.
 TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits is searched for", "[placement]") {
-  auto read = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
-  REQUIRE(read.ok());
-  const Trace& t = read.value();
-  const Lifetimes l = lifetimes(t);
-  OffloadOptions options;
-  options.replayable_only = true;
-  options.partial_moves = true;
+  const Trace& t = vgg16().t;
+  const Lifetimes& l = vgg16().l;
+  const OffloadOptions& options = vgg16().options;
   const SpanModel m = span_model(t, l, options);
-  const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
+  const LinkModel& link = vgg16().link;
   const uint64_t budget = 5527 * kMiB;  // 90 % of 6.09 GiB less 1/64 of it
   auto r = plan_placed(t, l, budget, options, link, 0.005);
   INFO((r ? "" : r.error().message));
@@ -396,15 +414,11 @@ TEST_CASE("static placement of a recorded VGG-16 iteration: a layout that fits i
 // that a link a little slower while the GPU computes leaves its hand-overs waiting less, and the step
 // it predicts is still at the measured rate.
 TEST_CASE("static placement: laid out for copies out at kCopyOutRate of the measured link", "[placement]") {
-  auto read = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
-  REQUIRE(read.ok());
-  const Trace& t = read.value();
-  const Lifetimes l = lifetimes(t);
-  OffloadOptions options;
-  options.replayable_only = true;
-  options.partial_moves = true;
+  const Trace& t = vgg16().t;
+  const Lifetimes& l = vgg16().l;
+  const OffloadOptions& options = vgg16().options;
   const SpanModel m = span_model(t, l, options);
-  const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
+  const LinkModel& link = vgg16().link;
   LinkModel slower = link, faster = link;
   slower.device_to_host_gbps *= kCopyOutRate;
   slower.both_gbps *= kCopyOutRate;
@@ -468,18 +482,14 @@ TEST_CASE("vcudnn plan --placement: the plan a static placement needs, the pool 
 // to carry, placed in the pool so that their absence is room.
 TEST_CASE("static placement across the iteration's end: optimizer state away over the passes, back before the end",
           "[placement]") {
-  auto read = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
-  REQUIRE(read.ok());
-  const Trace& t = read.value();
-  const Lifetimes l = lifetimes(t);
-  OffloadOptions options;
-  options.replayable_only = true;
-  options.partial_moves = true;
+  const Trace& t = vgg16().t;
+  const Lifetimes& l = vgg16().l;
+  const OffloadOptions& options = vgg16().options;
   OffloadOptions across = options;
   across.across_end = true;
   const SpanModel m = span_model(t, l, options), ma = span_model(t, l, across);
   const size_t n = m.seqs.size();
-  const LinkModel link{t.link->device_to_host, t.link->host_to_device, t.link->both};
+  const LinkModel& link = vgg16().link;
   const double peak = 6542329306.0;  // PyTorch's live peak on the H100
   const uint64_t budget = static_cast<uint64_t>(0.9 * peak);
   auto within = plan_placed(t, l, budget, options, link, 0.005);
