@@ -68,10 +68,11 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 // granules) and leaves new ones, so that a buffer whose bytes another one overwrote, or that came back
 // from the host wrong, is a device error. `placement`: the plan's static placement (Note [A static
 // placement]) is followed; `partial`: its plan may move part of a buffer (Note [Moving part of a
-// buffer]). `device_lag`: see below.
+// buffer]); `across`: moves across the iteration's end (Note [Across the iteration's end]);
+// `replan_at`: after that iteration the plan is installed again. `device_lag`: see below.
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
                                 uint64_t scale = 64, uint32_t room = kFirstRoom, bool placement = true,
-                                size_t device_lag = 0, bool partial = true, bool across = false) {
+                                size_t device_lag = 0, bool partial = true, bool across = false, int replan_at = -1) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
   Trace trace = scaled_trace(original, scale);
@@ -187,6 +188,9 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
     }
     dev.run_all();
     if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement, partial, across);
+    if (it == replan_at) {  // the same plan installed again: the first script's pool retires
+      (void)replay_recorded_iteration(trace, m, policy, room, placement, partial, across);
+    }
     const SimIteration after = snapshot();
     SimIteration d;
     d.creates = after.creates - before.creates, d.maps = after.maps - before.maps;
