@@ -706,15 +706,26 @@ void MemoryManager::run_due(const std::vector<Replayer::Due>& due) {
     Buffer* b = d.buffer;
     if (!is_live(b) || b->serial != d.serial || eviction_paused() || capturing()) {
       ++counters_.replay_missed;
+      VCUDNN_LOG_DEBUG("offload: action {} missed: the buffer is gone or eviction is paused", d.action);
       continue;
     }
     if (d.kind == ReplayAction::kOffload) {
+      // A buffer whose copy back the host has not yet seen end (restoring) may leave: copies out
+      // queue after every copy back queued before them (Residency::start_eviction). Buffers alive
+      // through the iteration come back at its end and leave again soon after their first uses in
+      // the next (Note [Across the iteration's end]); on the H100, with the host ahead of the
+      // device, refusing them kept them in pool bytes others were placed on.
       const bool can = b->large && !b->library && !b->scratch && !b->pinned.load() &&
-                       b->state.load() == BufferState::kResident && !b->restoring.load() && b->in_use.load() == 0;
-      if (can && begin_evictions({b}) == 1)
+                       b->state.load() == BufferState::kResident && b->in_use.load() == 0;
+      if (can && begin_evictions({b}) == 1) {
         ++counters_.planned_offloads;
-      else
+      } else {
         ++counters_.replay_missed;
+        VCUDNN_LOG_DEBUG(
+            "offload: action {} (out, serial {}, {}) missed: state {} restoring {} in use {} pinned {} placed {}",
+            d.action, b->serial, mib(b->bytes), static_cast<int>(b->state.load()), b->restoring.load(),
+            b->in_use.load(), b->pinned.load(), b->placed_pool != nullptr);
+      }
       continue;
     }
     if (b->state.load() == BufferState::kResident) continue;  // never left, or back already
@@ -723,6 +734,8 @@ void MemoryManager::run_due(const std::vector<Replayer::Due>& due) {
       if (b->restoring.load()) b->prefetch_action = static_cast<int32_t>(d.action);
     } else {
       ++counters_.replay_missed;
+      VCUDNN_LOG_DEBUG("offload: action {} (back, serial {}, {}) missed: state {}", d.action, b->serial, mib(b->bytes),
+                       static_cast<int>(b->state.load()));
     }
   }
 }
@@ -937,6 +950,8 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
   const uint64_t missing = p.missing_bytes(slot);
   if (missing && !room_for_slot(p, slot)) {
     ++counters_.placed_fallbacks;
+    VCUDNN_LOG_DEBUG("offload: slot {} ({}) falls back to the arena: no room for its missing {}", slot, mib(bytes),
+                     mib(missing));
     return std::nullopt;
   }
   Buffer* b = new_buffer();
@@ -954,6 +969,15 @@ std::optional<uint64_t> MemoryManager::allocate_placed(uint32_t slot, uint64_t b
   if (r != pool::PlacedPool::Result::kOk) {
     recycle(b);
     ++counters_.placed_fallbacks;
+    if (log::enabled(LogLevel::kDebug)) {
+      std::string held;
+      for (const void* o : p.holders(slot, nullptr)) {
+        const Buffer* x = static_cast<const Buffer*>(o);
+        held += fmt::format(" serial {} ({}, state {})", x->serial, mib(x->bytes), static_cast<int>(x->state.load()));
+      }
+      VCUDNN_LOG_DEBUG("offload: slot {} ({}) falls back to the arena: the pool answered {}; held by{}", slot,
+                       mib(bytes), static_cast<int>(r), held);
+    }
     return std::nullopt;
   }
   for (const pool::PlacedPool::HandOver& h : over) {
@@ -1000,6 +1024,7 @@ bool MemoryManager::adopt_placed(Buffer* b) {
   b->placed_pool = &p;
   b->placed_slot = it->second;
   ++counters_.placed_adopted;
+  VCUDNN_LOG_DEBUG("offload: serial {} ({}) adopted into slot {}", b->serial, mib(b->bytes), it->second);
   return true;
 }
 

@@ -318,8 +318,8 @@ TEST_CASE(
 // model says it is faster (the shipped ResNet-50 b64 trace: at 70% and 50%, not at 90%). Offload
 // moves bytes: the losses stay PyTorch's bit for bit.
 TEST_CASE(
-    "resnet50 under planned offload with moves across the iteration's end at 70% and 50%: buffers alive "
-    "through the iteration adopted into the pool, losses bit-identical, the budget held",
+    "across the iteration's end: resnet50 under planned offload at 70% and 50%, buffers alive through the "
+    "iteration adopted into the pool, losses bit-identical, the budget held",
     "[pytorch][offload][replay][across]") {
   Model m{"resnet50", 32};
   m.steps = 10;
