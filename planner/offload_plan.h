@@ -72,9 +72,19 @@ struct OffloadOptions {
   // iteration's end]): for plans laid out by a static placement that places them. Off by default; the
   // runtime follows such plans under VCUDNN_OFFLOAD_PLACEMENT=static-across (MemoryManager::adopt_placed).
   bool across_end = false;
+  // plan_placed() lays out a plan with such moves only where none without them fits the budget
+  // (VCUDNN_OFFLOAD_PLACEMENT=static, the default); else wherever the model predicts a shorter step.
+  bool across_only_where_needed = false;
   // vcudnn's plan takes every such move first (each buffer idle over more than half the span), then
   // covers what is left; plan_placed() tries it both ways.
   bool across_first = false;
+};
+
+// Which plans may move buffers across the iteration's end (VCUDNN_OFFLOAD_PLACEMENT).
+enum class AcrossEnd : uint8_t {
+  kNever,        // static-whole, and the CLI without --across-end
+  kWhereNeeded,  // static: only where no placed plan without them fits the budget
+  kWhereFaster,  // static-across: wherever the model predicts a shorter step
 };
 
 // Note [Across the iteration's end]

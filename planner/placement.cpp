@@ -799,9 +799,9 @@ Result<PlacedPlan> plan_placed(const Trace& trace, const Lifetimes& lifetimes, u
   link.both_gbps *= kCopyOutRate;
   Result<PlacedPlan> out = Error{""};
   // Note [Across the iteration's end]: with moves across the end allowed, also a plan that takes them
-  // first; the faster is kept.
+  // first; the faster is kept (or, across_only_where_needed, that plan only where none fits without).
   for (const bool across : {false, true}) {
-    if (across && !options.across_end) break;
+    if (across && (!options.across_end || (options.across_only_where_needed && out))) break;
     for (const bool partial : {false, true}) {
       if (partial && !options.partial_moves) break;
       OffloadOptions o = options;

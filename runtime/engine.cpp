@@ -65,7 +65,9 @@ RecorderConfig recorder_config(const Options& o) {
   if (features_of(o.policy).own_memory) {
     c.on_iteration = [policy = o.get(kOffloadPolicy), placement = o.get(kOffloadPlacement) != "off",
                       partial = o.get(kOffloadPlacement) != "static-whole",
-                      across = o.get(kOffloadPlacement) == "static-across",
+                      across = o.get(kOffloadPlacement) == "static-across" ? AcrossEnd::kWhereFaster
+                               : o.get(kOffloadPlacement) == "static"      ? AcrossEnd::kWhereNeeded
+                                                                           : AcrossEnd::kNever,
                       microbatch = features_of(o.policy).microbatch](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;

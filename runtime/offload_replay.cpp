@@ -33,7 +33,7 @@ constexpr double kUntimedCallMs = 0.005;
 // whether a script was installed.
 std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::MemoryManager& manager,
                                               const std::string& name, OffloadPolicy policy, uint32_t room,
-                                              bool placement, bool partial_moves, bool across) {
+                                              bool placement, bool partial_moves, AcrossEnd across) {
   const auto t0 = std::chrono::steady_clock::now();
   const Lifetimes lt = lifetimes(trace);
   OffloadOptions options;
@@ -43,7 +43,8 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
   options.partial_moves = placement && partial_moves && policy == OffloadPolicy::kVcudnn;
   // Note [Across the iteration's end]: for plan_placed() alone, which places such buffers.
   OffloadOptions placed_options = options;
-  placed_options.across_end = placement && across && policy == OffloadPolicy::kVcudnn;
+  placed_options.across_end = placement && across != AcrossEnd::kNever && policy == OffloadPolicy::kVcudnn;
+  placed_options.across_only_where_needed = across == AcrossEnd::kWhereNeeded;
   const LinkModel link =
       trace.link ? LinkModel{trace.link->device_to_host, trace.link->host_to_device, trace.link->both} : kAssumedLink;
   // The plan leaves 1/room of the budget for what its model does not see: buffers below a granule
@@ -69,7 +70,8 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
         uint64_t bytes = 0;
         for (const OffloadMove& mv : p->plan.moves)
           if (mv.next_use == model.seqs.size()) ++n, bytes += mv.bytes;
-        across_what = fmt::format("; {} moves across the iteration's end ({})", n, mib(bytes));
+        if (n || across == AcrossEnd::kWhereFaster)  // the default says so only where it took them
+          across_what = fmt::format("; {} moves across the iteration's end ({})", n, mib(bytes));
       }
       placed_what =
           fmt::format(
@@ -174,7 +176,7 @@ std::string collectives_hazard() {
 }
 
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& name,
-                                      uint32_t room, bool placement, bool partial, bool across) {
+                                      uint32_t room, bool placement, bool partial, AcrossEnd across) {
   if (!manager.budget()) return "";
   if (name == "lru") return "eviction on demand (VCUDNN_OFFLOAD_POLICY=lru)";
   const std::optional<OffloadPolicy> policy = offload_policy_from_name(name);
@@ -190,7 +192,7 @@ std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager&
     bool said_last = false;
     bool placement = true;
     bool partial = true;
-    bool across = false;
+    AcrossEnd across = AcrossEnd::kNever;
     std::mutex mu;  // two threads may each find a re-plan due
   };
   auto state = std::make_shared<Replan>();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/offload_plan.h"
 #include "planner/trace.h"
 
 namespace vcudnn {
@@ -62,6 +63,6 @@ std::string collectives_hazard_in(const std::vector<std::string>& thread_names, 
 // off the device across its end (Note [Across the iteration's end]).
 std::string replay_recorded_iteration(const Trace& trace, memory::MemoryManager& manager, const std::string& policy,
                                       uint32_t room = kFirstRoom, bool placement = true, bool partial = true,
-                                      bool across = false);
+                                      AcrossEnd across = AcrossEnd::kNever);
 
 }  // namespace vcudnn

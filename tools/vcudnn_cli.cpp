@@ -415,7 +415,10 @@ int run_plan(PlanRequest q) {
     OffloadOptions o;
     o.replayable_only = true;
     o.partial_moves = !q.whole_moves;  // Note [Moving part of a buffer]
-    o.across_end = q.across_end;       // Note [Across the iteration's end]
+    // Note [Across the iteration's end]: as VCUDNN_OFFLOAD_PLACEMENT=static (only where no plan without
+    // them fits), static-across (--across-end: where faster) or static-whole (--whole-moves: never).
+    o.across_end = q.across_end || !q.whole_moves;
+    o.across_only_where_needed = !q.across_end;
     auto placed = plan_placed(t, l, *budget, o, link, q.call_ms);
     if (!placed) {
       fmt::print("static placement: {}\n", placed.error().message);
@@ -453,11 +456,8 @@ int run_plan(PlanRequest q) {
           across_bytes += mv.bytes;
         }
       }
-      if (q.across_end)
-        fmt::print(
-            "static placement: {} moves across the iteration's end ({}; followed under "
-            "VCUDNN_OFFLOAD_PLACEMENT=static-across)\n",
-            across, mib_text(across_bytes));
+      if (q.across_end || across)
+        fmt::print("static placement: {} moves across the iteration's end ({})\n", across, mib_text(across_bytes));
       out["placement"] = {{"plan_budget", placed->plan_budget},
                           {"moves", placed->plan.moves.size()},
                           {"moves_in_part", in_part},
@@ -584,12 +584,14 @@ int main(int argc, char** argv) {
                  "also lay the iteration's buffers out once for the budget (Note [A static placement]): the plan it "
                  "needs, the pool, and the driver calls per iteration");
   plan->add_flag("--whole-moves", plan_request.whole_moves,
-                 "with --placement: move whole buffers only, as VCUDNN_OFFLOAD_PLACEMENT=static-whole does (by "
-                 "default a buffer may move in part: Note [Moving part of a buffer])");
+                 "with --placement: move whole buffers only, none across the iteration's end, as "
+                 "VCUDNN_OFFLOAD_PLACEMENT=static-whole does (by default a buffer may move in part: Note [Moving part "
+                 "of a buffer])");
   plan->add_flag("--across-end", plan_request.across_end,
                  "with --placement: buffers alive through the iteration (optimizer state) may stay off the device "
-                 "across its end, placed in the pool while they move (Note [Across the iteration's end]), as "
-                 "VCUDNN_OFFLOAD_PLACEMENT=static-across plans");
+                 "across its end, placed in the pool while they move (Note [Across the iteration's end]), wherever "
+                 "that predicts a shorter step, as VCUDNN_OFFLOAD_PLACEMENT=static-across plans (without it, as "
+                 "the default static: only where no plan without them fits)");
   plan->add_option("--d2h-gbps", plan_request.d2h_gbps, "device-to-host bandwidth (default: the trace's, else 55)");
   plan->add_option("--h2d-gbps", plan_request.h2d_gbps, "host-to-device bandwidth (default: the trace's, else 55)");
   plan->add_option("--both-gbps", plan_request.both_gbps, "both directions at once (default: the trace's, else 78)");

@@ -68,16 +68,18 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 // granules) and leaves new ones, so that a buffer whose bytes another one overwrote, or that came back
 // from the host wrong, is a device error. `placement`: the plan's static placement (Note [A static
 // placement]) is followed; `partial`: its plan may move part of a buffer (Note [Moving part of a
-// buffer]); `across`: moves across the iteration's end (Note [Across the iteration's end]);
+// buffer]); `across`: which plans move buffers across the iteration's end (Note [Across the
+// iteration's end]; the default is VCUDNN_OFFLOAD_PLACEMENT=static's);
 // `replan_at`: after that iteration the plan is installed again. `device_lag`: see below.
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
                                 uint64_t scale = 64, uint32_t room = kFirstRoom, bool placement = true,
-                                size_t device_lag = 0, bool partial = true, bool across = false, int replan_at = -1) {
+                                size_t device_lag = 0, bool partial = true, AcrossEnd across = AcrossEnd::kWhereNeeded,
+                                int replan_at = -1) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
   Trace trace = scaled_trace(original, scale);
   const Lifetimes lt = lifetimes(trace);
-  if (across) {
+  if (across != AcrossEnd::kNever) {
     // Buffers alive through the iteration are named by serial (Note [Replaying an offload plan]): the
     // trace's become the ones the simulation's allocations get (1, 2, ... in the order below), the
     // others' out of their way.
