@@ -237,7 +237,7 @@ TEST_CASE("recorded ResNet-50 iteration at 88%: part of a buffer moves, and ever
 // still runs takes its bytes back on the device), nothing faults in, and every access reads the bytes
 // last written there. (Before, one host wait an iteration at 90 % and at 60 %.)
 TEST_CASE(
-    "recorded ResNet-50 iteration with a placement and a lagging device: no host wait in the steady state and every "
+    "recorded ResNet-50 iteration, a placement, a lagging device: no host wait in the steady state and every "
     "byte kept",
     "[replay][memory][placement]") {
   for (const int percent : {90, 60}) {
@@ -314,8 +314,8 @@ uint64_t counter(const std::string& summary, const std::string& key) {
 // before its next planned copy out: it leaves all the same (every planned copy runs, no placed
 // buffer falls back to the arena), where refusing it made ResNet-50 b128 at 90 % 1.5x slower.
 TEST_CASE(
-    "recorded VGG-16 iteration at 90% with moves across the iteration's end: optimizer state adopted into the "
-    "pool, every byte kept",
+    "recorded VGG-16 iteration at 90%, moves across the end: optimizer state adopted into the pool, every byte "
+    "kept",
     "[replay][memory][placement]") {
   const Trace& vgg16 = vgg16_b64();
   const uint64_t budget = 5888096376ull;  // VCUDNN_DEVICE_BUDGET of the benchmark at 90 %

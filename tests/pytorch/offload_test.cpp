@@ -354,7 +354,7 @@ TEST_CASE(
 // same weights) differs by reassociation alone; later ones drift through SGD (the legacy path's
 // micro-batching test in pytorch_test.cpp measured it).
 TEST_CASE(
-    "vgg16 under micro-batching and planned offload at 70% on the default path: the plan with its static "
+    "vgg16, micro-batching and planned offload: at 70% on the default path, the plan with its static "
     "placement, workspaces for one call, the budget held, losses within reassociation",
     "[pytorch][offload][replay][microbatch]") {
   TempDir tmp;
@@ -575,7 +575,7 @@ TEST_CASE("resnet18 as CUDA graphs (make_graphed_callables) under offload: owned
 }
 
 TEST_CASE(
-    "resnet18 under torch.compile reduce-overhead (CUDA graph trees, caching allocator) and offload: owned, losses "
+    "resnet18 under torch.compile reduce-overhead and offload: CUDA graph trees, caching allocator, owned, losses "
     "bit-identical",
     "[pytorch][offload][graph][compile]") {
   // Ownership only: under the caching allocator vcudnn's unit is a segment, and a graph pins every
