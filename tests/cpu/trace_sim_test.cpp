@@ -11,12 +11,19 @@ using namespace vcudnn;
 
 namespace {
 
+Trace shipped_trace(const std::string& file) {
+  auto r = read_trace(test::source_dir() + "/tests/data/" + file);
+  REQUIRE(r);
+  return r.value();
+}
+
 const Trace& resnet50() {
-  static const Trace t = [] {
-    auto r = read_trace(test::source_dir() + "/tests/data/resnet50_b64_trace.json");
-    REQUIRE(r);
-    return r.value();
-  }();
+  static const Trace t = shipped_trace("resnet50_b64_trace.json");
+  return t;
+}
+
+const Trace& vgg16_b64() {
+  static const Trace t = shipped_trace("vgg16_b64_trace.json");
   return t;
 }
 
@@ -286,15 +293,6 @@ TEST_CASE("recorded VGG-16 iteration at 90%: a static placement, followed withou
 }
 
 namespace {
-
-const Trace& vgg16_b64() {
-  static const Trace t = [] {
-    auto r = read_trace(test::source_dir() + "/tests/data/vgg16_b64_trace.json");
-    REQUIRE(r);
-    return r.value();
-  }();
-  return t;
-}
 
 // A counter of the manager's exit line (SimResult::summary).
 uint64_t counter(const std::string& summary, const std::string& key) {
