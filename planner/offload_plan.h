@@ -69,8 +69,8 @@ struct OffloadOptions {
   // buffer]): only a static placement can follow such a plan (the arena evicts whole buffers).
   bool partial_moves = false;
   // Buffers alive through the span may stay off the device across its end (Note [Across the
-  // iteration's end]): for plans laid out by a static placement that places them. Off by default; the
-  // runtime follows such plans under VCUDNN_OFFLOAD_PLACEMENT=static-across (MemoryManager::adopt_placed).
+  // iteration's end]): for plans laid out by a static placement that places them (the runtime follows
+  // them: MemoryManager::adopt_placed). Which plans use them: AcrossEnd below.
   bool across_end = false;
   // plan_placed() lays out a plan with such moves only where none without them fits the budget
   // (VCUDNN_OFFLOAD_PLACEMENT=static, the default); else wherever the model predicts a shorter step.
@@ -102,15 +102,21 @@ enum class AcrossEnd : uint8_t {
 //     otherwise outside the pool, and what stays outside counts at its most (Placement::other_peak,
 //     at the optimizer step). So such buffers are placed when they move, on the device from the
 //     span's start to the move and again after it (placement.h).
-//   - At run time (VCUDNN_OFFLOAD_PLACEMENT=static-across) such a buffer lives in the arena, at the
-//     address the program holds, until the plan first takes it away. Coming back, its pool slot takes
+//   - At run time such a buffer lives in the arena, at the address the program holds, until the
+//     plan first takes it away. Coming back, its pool slot takes
 //     it at that address (an external slot: PlacedPool::adopt, MemoryManager::adopt_placed); from then
 //     on it leaves and comes back as any placed buffer.
 //   - Each such move unmaps its range and maps it again, block by block: on the simulated device the
 //     27 moves across the end of ResNet-50 b128 at 90 % (momentum of 2-10 MiB a buffer) made ~80 more
-//     pool mappings an iteration (blocks 27 -> 113). On the H100 a mapping with its access setting
-//     cost ~0.1 ms of host time; whether that shows in the step is to be measured (a floor on the
-//     size of such moves is the knob if it does).
+//     pool mappings an iteration (blocks 27 -> 113); on the H100 60 driver calls an iteration
+//     (~6.5 ms of host time, hidden: the host stayed ahead of the device).
+//   - Its next copy out may come while the host has not yet seen its copy back end: it runs all the
+//     same (copies out queue after every copy back). Refusing it, as the first H100 run did, kept it
+//     on its pool bytes every other iteration and made ResNet-50 b128 at 90 % 1.5x slower.
+//   - Measured on the H100 (two rounds each), the model's gains did not appear where a plan fits
+//     without such moves: ResNet-50 b128 at 90 % 81.1 against 79.5 ms, VGG-16 `offload` at 90 % 72.6
+//     against 71.9 ms. Where none fits they make one: VGG-16 `offload` at 70 % 132 ms (2.45x PyTorch)
+//     against 195-215 ms on demand. So by default (AcrossEnd::kWhereNeeded) they are taken only there.
 // In the plan's model on the H100 traces of 2026-11-25 (budgets as the runtime set them): ResNet-50
 // b128 at 90 % 73.07 -> 71.41 ms (its compute: no wait left); VGG-16 `offload` at 90 % 73.8 ->
 // 60.9 ms, at 70 % from no plan at all to 127.5 ms; VGG-16 under micro-batching at 70 % 134.6 ->
