@@ -457,7 +457,9 @@ int run_plan(PlanRequest q) {
         }
       }
       if (q.across_end || across)
-        fmt::print("static placement: {} moves across the iteration's end ({})\n", across, mib_text(across_bytes));
+        fmt::print(
+            "static placement: {} moves across the iteration's end ({}); lower bound with such moves {:.3f} ms\n",
+            across, mib_text(across_bytes), time.lower_bound_ms);
       out["placement"] = {{"plan_budget", placed->plan_budget},
                           {"moves", placed->plan.moves.size()},
                           {"moves_in_part", in_part},
@@ -465,6 +467,7 @@ int run_plan(PlanRequest q) {
                           {"bytes_across_end", across_bytes},
                           {"bytes_moved", placed->plan.bytes_moved},
                           {"step_ms", time.step_ms},
+                          {"lower_bound_ms", time.lower_bound_ms},  // Note [The lower bound], in this plan's model
                           {"waits_for_copies_out_ms", time.room_ms},
                           {"held_until_copied", placed->held},
                           {"pool_bytes", p.pool_bytes},

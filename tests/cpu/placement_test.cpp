@@ -474,6 +474,19 @@ TEST_CASE("vcudnn plan --placement: the plan a static placement needs, the pool 
   CHECK(vgg.exit_code == 0);
   CHECK_THAT(vgg.out, Catch::Contains("moves across the iteration's end"));
   CHECK(nlohmann::json::parse(test::read_file(json)).at("placement").at("moves_across_end").get<uint64_t>() > 0);
+  // At the benchmark's 70 % no plan without such moves fits (exit code 3, as for any refused plan); the
+  // default placement takes them, and its lower bound, which counts them, is what the benchmark reports.
+  const auto vgg70 = test::run_process({cli, "plan", test::source_dir() + "/tests/data/vgg16_b64_trace.json",
+                                        "--budget", "4579630514", "--policy", "vcudnn", "--placement", "--json", json},
+                                       {});
+  INFO(vgg70.out << vgg70.err);
+  CHECK(vgg70.exit_code == 3);
+  CHECK_THAT(vgg70.out + vgg70.err, Catch::Contains("is below the least any offload plan"));
+  const nlohmann::json placed70 = nlohmann::json::parse(test::read_file(json)).at("placement");
+  CHECK(placed70.at("moves_across_end").get<uint64_t>() > 0);
+  const double bound = placed70.at("lower_bound_ms").get<double>();
+  CHECK(bound > 0);
+  CHECK(bound <= placed70.at("step_ms").get<double>());
 }
 
 // Note [Across the iteration's end]: the recorded span begins with the optimizer step, after which
