@@ -51,7 +51,9 @@ Result<OffloadPlan> plan_modnn(const Trace& trace, const Lifetimes& lifetimes, c
 // Each call's GPU time by position: the trace's; `default_call_ms` for a call that queues work
 // and has none; 0 for one that queues none (allocations, frees and stream settings: ResNet-50's
 // iteration has ~1700, which at the runtime's 5 us each had its plans' steps 8.5 ms above the GPU's
-// 72.4 at batch 128). How many queue work and had none.
+// 72.4 at batch 128), and 0 for a collective (is_collective()): NCCL's stream runs it beside the
+// compute, and its time counts the other ranks' too. The copies out of its buffers wait for it on
+// the device all the same. How many queue work and had none.
 std::vector<double> durations(const Trace& trace, const SpanModel& m, double default_call_ms, size_t* untimed) {
   const size_t n = m.seqs.size();
   std::vector<double> duration(n, 0.0);
@@ -59,6 +61,10 @@ std::vector<double> durations(const Trace& trace, const SpanModel& m, double def
   for (const TraceCall& c : trace.calls) {
     if (p >= n) break;
     if (c.seq != m.seqs[p]) continue;
+    if (is_collective(trace, c)) {
+      ++p;
+      continue;
+    }
     if (c.gpu_ms) {
       duration[p] = *c.gpu_ms;
     } else if (call_queues_device_work(c.kind)) {

@@ -251,6 +251,11 @@ bool call_queues_device_work(CallKind kind) {
   }
 }
 
+bool is_collective(const Trace& trace, const TraceCall& call) {
+  return call.kind == CallKind::kLibrary && call.name >= 0 && static_cast<size_t>(call.name) < trace.names.size() &&
+         trace.names[static_cast<size_t>(call.name)].starts_with("nccl");
+}
+
 void to_json(nlohmann::json& j, const Trace& t) {
   auto calls = nlohmann::json::array();
   for (const auto& c : t.calls) calls.push_back(call_to_json(c));

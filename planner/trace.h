@@ -154,6 +154,11 @@ struct Trace {
   bool operator==(const Trace&) const = default;
 };
 
+// An NCCL collective or point-to-point call (a `library` call named nccl*, runtime/collectives.h):
+// it runs on NCCL's own stream beside the compute, and its GPU time includes waiting for the other
+// ranks.
+bool is_collective(const Trace& trace, const TraceCall& call);
+
 void to_json(nlohmann::json& j, const Trace& trace);
 void from_json(const nlohmann::json& j, Trace& trace);
 

@@ -589,6 +589,36 @@ TEST_CASE("offload plan timing: allocations and frees take no GPU time", "[offlo
   CHECK(tl.step_ms == Approx(tl.compute_ms));
 }
 
+// runtime/collectives.h: a DDP rank's all-reduce runs on NCCL's stream beside the backward pass, and
+// its time counts the wait for the other ranks: it adds nothing to the compute lane.
+TEST_CASE("offload plan timing: NCCL's collectives run beside the compute", "[offload_plan][nccl]") {
+  Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB});
+  time_calls(c.b.t);
+  double compute = 0;
+  for (const TraceCall& call : c.b.t.calls) compute += *call.gpu_ms;
+  c.b.t.names = {"ncclAllReduce", "cublasSgemm_v2"};
+  for (int32_t name : {0, 1}) {
+    TraceCall reduce;
+    reduce.seq = c.b.t.end_seq - 1;  // placed before the last call, which is renumbered after it
+    reduce.kind = CallKind::kLibrary;
+    reduce.name = name;
+    reduce.gpu_ms = 40.0;
+    reduce.accesses = {{c.weight, AccessMode::kUnknown}};
+    Trace t = c.b.t;
+    t.calls.back().seq = t.end_seq;
+    t.calls.insert(t.calls.end() - 1, reduce);
+    ++t.end_seq;
+    CHECK(is_collective(t, t.calls[t.calls.size() - 2]) == (name == 0));
+    const Lifetimes l = lifetimes(t);
+    const SpanModel m = span_model(t, l);
+    const std::vector<uint64_t> none = simulate(m, {});
+    const OffloadPlan p = plan_ok(t, *std::max_element(none.begin(), none.end()), OffloadPolicy::kVcudnn);
+    const PlanTimeline tl = time_plan(t, m, p, kAssumedLink);
+    INFO(t.names[static_cast<size_t>(name)]);
+    CHECK(tl.compute_ms == Approx(name == 0 ? compute : compute + 40.0));
+  }
+}
+
 TEST_CASE("offload plan: moDNN offloads on demand, least delay first, and prefetches by its Eq. 9", "[offload_plan]") {
   Chain c = chain({8 * kMiB, 16 * kMiB, 24 * kMiB, 32 * kMiB, 40 * kMiB});
   time_calls(c.b.t);
