@@ -68,16 +68,16 @@ RecorderConfig recorder_config(const Options& o) {
                       across = o.get(kOffloadPlacement) == "static-across" ? AcrossEnd::kWhereFaster
                                : o.get(kOffloadPlacement) == "static"      ? AcrossEnd::kWhereNeeded
                                                                            : AcrossEnd::kNever,
+                      asked = o.source[kOffloadPlacement] == OptionSource::kEnvironment,
                       microbatch = features_of(o.policy).microbatch](const Trace& trace) {
       memory::MemoryManager* m = memory::manager();
       if (!m) return;
       // Note [No placement beside unseen collectives]
       bool place = placement;
       if (place && m->budget()) {  // without a budget nothing is planned, nor placed
-        if (const std::string hazard = collectives_hazard(); !hazard.empty()) {
-          VCUDNN_LOG_WARN("offload: no static placement (VCUDNN_OFFLOAD_PLACEMENT=off from here on): {}", hazard);
-          place = false;
-        }
+        const PlacementVerdict v = placement_beside_collectives(collectives_hazard(), asked);
+        if (!v.warning.empty()) VCUDNN_LOG_WARN("offload: {}", v.warning);
+        place = v.place;
       }
       const std::string what = replay_recorded_iteration(trace, *m, policy, kFirstRoom, place, partial, across);
       if (!what.empty()) VCUDNN_LOG_INFO("offload: {}", what);

@@ -147,17 +147,26 @@ std::pair<std::string, bool> plan_and_install(const Trace& trace, memory::Memory
 }  // namespace
 
 // Note [No placement beside unseen collectives]
+constexpr const char* kPlacementBesideNccl =
+    "the placement failed beside NCCL's collectives under DDP when vcudnn did not see them (2026-11-24), and no run "
+    "has shown it safe since they are seen";
+
 std::string collectives_hazard_in(const std::vector<std::string>& thread_names, const char* world_size) {
   for (const std::string& name : thread_names)
     if (name.rfind("pt_nccl_watchdg", 0) == 0 || name.rfind("NCCL", 0) == 0)
-      return "NCCL runs in this process (thread " + name +
-             "): its collectives run where vcudnn sees nothing, and the placement failed beside them under DDP";
+      return "NCCL runs in this process (thread " + name + "): " + kPlacementBesideNccl;
   if (world_size && std::strtol(world_size, nullptr, 10) > 1)
-    return fmt::format(
-        "WORLD_SIZE={}: a rank of a distributed job, whose collectives run where vcudnn sees nothing, "
-        "and the placement failed beside them under DDP",
-        world_size);
+    return fmt::format("WORLD_SIZE={}: a rank of a distributed job: {}", world_size, kPlacementBesideNccl);
   return "";
+}
+
+PlacementVerdict placement_beside_collectives(const std::string& hazard, bool asked) {
+  if (hazard.empty()) return {};
+  if (asked) {
+    return {true, "static placement kept beside NCCL, as VCUDNN_OFFLOAD_PLACEMENT asks (" + hazard +
+                      "; vcudnn sees the collectives that NCCL's shared library queues)"};
+  }
+  return {false, "no static placement (VCUDNN_OFFLOAD_PLACEMENT=off from here on): " + hazard};
 }
 
 std::string collectives_hazard() {

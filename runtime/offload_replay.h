@@ -38,22 +38,38 @@ inline constexpr uint32_t kMostRoom = 8;
 // Note [No placement beside unseen collectives]
 // Under DistributedDataParallel (2 x H200, ResNet-50 batch 32, 60 % budget, PyTorch 2.11, NCCL) the
 // plan replayed with its static placement made the first replayed iteration fail with an illegal
-// memory access; the same plan without the placement (VCUDNN_OFFLOAD_PLACEMENT=off) trained with the
-// losses of DDP alone. NCCL queues its collectives where vcudnn sees nothing (its own launches, on
-// its own stream, on the gradient buckets the trace shows only as copies in and out), and which of
-// the placement's assumptions that breaks is not yet found: that rank's recorded iteration, replayed
-// with the placement on the simulated device (tests/cpu/trace_sim_test.cpp), shows no error, so it
-// lies outside what the trace holds. Until it is found, a process where NCCL runs gets the plan
-// without the placement, and the log says so. Any one sign is enough (a false one costs only the
-// placement's speed): a PyTorch NCCL process group's watchdog thread ("pt_nccl_watchdg", started
-// with the group; seen in the failing run's messages), a thread whose name begins "NCCL", or
-// WORLD_SIZE above 1 (torchrun and its kin set it for every rank).
+// memory access; the same plan without the placement (VCUDNN_OFFLOAD_PLACEMENT=off) trained with
+// the losses of DDP alone. NCCL queued its collectives where vcudnn saw nothing (its own launches,
+// on its own stream, on the gradient buckets the trace shows only as copies in and out), and which
+// of the placement's assumptions that breaks is not yet found: that rank's recorded iteration,
+// replayed with the placement on the simulated device (tests/cpu/trace_sim_test.cpp), shows no
+// error, so it lies outside what the trace holds (a candidate, not shown: NCCL working on a buffer
+// the placement had moved, or whose memory it had handed on). Moves across the iteration's end
+// (2026-11-25) would make unseen collectives a certain hazard: in that trace the gradient buckets
+// are idle from the last copy into them in the backward pass to the first copy out of them at the
+// iteration's end, which is exactly when NCCL reduces them. Since 2026-11-28 vcudnn sees the
+// collectives that NCCL's shared library queues (Note [Collectives queue their work at the group's
+// end], collectives.h): the recorded iteration holds them, on NCCL's stream, and copies out of
+// their buffers wait for them. No run on two GPUs has tested that yet, so a process where NCCL runs
+// still gets the plan without the placement, and the log says so, unless VCUDNN_OFFLOAD_PLACEMENT
+// is set explicitly (then it is kept, with a warning). Any one sign is enough (a false one costs
+// only the placement's speed): a PyTorch NCCL process group's watchdog thread ("pt_nccl_watchdg",
+// started with the group; seen in the failing run's messages), a thread whose name begins "NCCL",
+// or WORLD_SIZE above 1 (torchrun and its kin set it for every rank).
 
 // Why the static placement is not used in this process ("" when nothing speaks against it):
 // collectives_hazard() reads the names of the process's threads and WORLD_SIZE; the rule is in
 // collectives_hazard_in(), for tests.
 std::string collectives_hazard();
 std::string collectives_hazard_in(const std::vector<std::string>& thread_names, const char* world_size);
+
+// Whether the placement goes ahead where `hazard` (collectives_hazard()) speaks against it: only when
+// VCUDNN_OFFLOAD_PLACEMENT was `asked` for explicitly; the warning says which way it went.
+struct PlacementVerdict {
+  bool place = true;
+  std::string warning;  // "" when there is no hazard
+};
+PlacementVerdict placement_beside_collectives(const std::string& hazard, bool asked);
 
 // What was decided, for the log and the tests ("" when nothing was to be done). `room`: the plan
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.

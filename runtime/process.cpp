@@ -6,6 +6,7 @@
 
 #include "runtime/backend_shadow.h"
 #include "runtime/barrier.h"
+#include "runtime/collectives.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/entry_points.h"
 #include "runtime/engine.h"
@@ -81,9 +82,13 @@ std::string Process::exit_line() {
     graph_executions += shadow.executions(static_cast<GraphKind>(k));
   if (graph_executions) line += "; " + shadow.summary();
   if (features_.own_memory) {
-    if (const memory::MemoryManager* m = memory_part().manager)
+    if (const memory::MemoryManager* m = memory_part().manager) {
       line += "; memory: " + m->summary() + " untracked_launches=" + std::to_string(cuda::untracked_launches()) + " " +
               entry_points::summary();
+      if (const uint64_t n = collectives::reported())  // Note [Collectives queue their work at the group's end]
+        line += " nccl_collectives=" + std::to_string(n) +
+                " nccl_at_group_ends=" + std::to_string(collectives::reported_at_group_ends());
+    }
   }
   if (uint64_t n = exceptions_caught()) line += "; " + std::to_string(n) + " internal errors caught (calls passed through)";
   if (uint64_t n = log::suppressed_count()) line += "; " + std::to_string(n) + " repeated warnings suppressed";

@@ -107,8 +107,8 @@ void bind(const Source& s, LibraryInfo& info, Fn& slot, const char* name) {
 // One Source per library, found once (Note [Resolving the real libraries]): the typed tables below,
 // the hooks' own lookups (real_symbol) and the driver table (cuda_driver.cpp) all bind from it.
 Source& source(Library lib) {
-  static NoDestroy<std::array<Source, 5>> holder;
-  static std::array<std::once_flag, 5> once;
+  static NoDestroy<std::array<Source, 6>> holder;
+  static std::array<std::once_flag, 6> once;
   const auto i = static_cast<size_t>(lib);
   std::call_once(once[i], [lib, i] {
     Source& s = holder.get()[i];
@@ -129,6 +129,9 @@ Source& source(Library lib) {
         break;
       case Library::kDriver:
         s = find_source({"CUDA driver", {"libcuda.so.1", "libcuda.so"}, "cuDriverGetVersion", ""});
+        break;
+      case Library::kNccl:
+        s = find_source({"NCCL", {"libnccl.so.2", "libnccl.so"}, "ncclGetVersion", ""});
         break;
     }
   });

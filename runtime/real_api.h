@@ -35,10 +35,10 @@ struct LibraryInfo {
 };
 
 // Libraries whose entry points hooks resolve one by one (real_symbol).
-enum class Library { kCudnn, kCudart, kCublas, kCublasLt, kDriver };
+enum class Library { kCudnn, kCudart, kCublas, kCublasLt, kDriver, kNccl };
 // The real entry point `name` of `lib` (same resolution order as above; for kDriver:
-// libcuda.so.1), nullptr when the library or the symbol is missing. Thread-safe; callers cache
-// the result in a function-local static.
+// libcuda.so.1; for kNccl: libnccl.so.2), nullptr when the library or the symbol is missing.
+// Thread-safe; callers cache the result in a function-local static.
 void* real_symbol(Library lib, const char* name);
 const LibraryInfo& library_info(Library lib);
 

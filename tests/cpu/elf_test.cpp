@@ -141,7 +141,7 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 // cudnn*, cublas* (cuBLASLt included), cuda* and __cuda* (CUDA runtime), cu[A-Z]* (driver), vcudnn*.
 bool interposable_name(const std::string& s) {
   if (s == "dlsym") return true;  // driver entry points looked up on a libcuda handle (entry_points.h)
-  for (const char* prefix : {"cudnn", "cublas", "cuda", "__cuda", "vcudnn"})
+  for (const char* prefix : {"cudnn", "cublas", "cuda", "__cuda", "nccl", "vcudnn"})
     if (starts_with(s, prefix)) return true;
   return s.size() > 2 && starts_with(s, "cu") && s[2] >= 'A' && s[2] <= 'Z';
 }
@@ -168,7 +168,7 @@ TEST_CASE("elf: libvcudnn.so needs only system libraries", "[elf]") {
   for (const auto& n : needed) {
     INFO("needed " << n);
     CHECK(allowed.count(n) == 1);
-    for (const char* banned : {"cudnn", "cudart", "cublas", "libcuda", "spdlog", "fmt"})
+    for (const char* banned : {"cudnn", "cudart", "cublas", "libcuda", "nccl", "spdlog", "fmt"})
       CHECK(n.find(banned) == std::string::npos);
   }
   CHECK(std::set<std::string>(needed.begin(), needed.end()).count("libc.so.6") == 1);
@@ -207,6 +207,26 @@ TEST_CASE("elf: pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt are exporte
   CHECK(cublaslt >= 10);
 }
 
+// interpose/nccl_hooks.cpp: the functions that carry device pointers, and none of NCCL's others (a
+// hook of those would have to forward them too).
+TEST_CASE("elf: NCCL's pointer-carrying functions are exported, no other of NCCL's", "[elf]") {
+  const auto syms = by_name(libvcudnn().dynsym);
+  const std::set<std::string> hooked = {
+      "ncclAllReduce", "ncclBroadcast",  "ncclBcast",   "ncclReduce",     "ncclAllGather",
+      "ncclReduceScatter", "ncclAlltoAll", "ncclGather", "ncclScatter",   "ncclSend",
+      "ncclRecv",      "ncclGroupStart", "ncclGroupEnd", "ncclRedOpCreatePreMulSum", "ncclCommRegister",
+      "ncclCommWindowRegister"};
+  for (const auto& name : hooked) check_exported(syms, name);
+  int defined = 0;
+  for (const auto& [name, sym] : syms) defined += sym.defined && starts_with(name, "nccl");
+  CHECK(defined == static_cast<int>(hooked.size()));
+  for (const char* name : {"ncclGetVersion", "ncclCommInitRank", "ncclCommDestroy", "ncclCommDeregister"}) {
+    INFO(name);
+    auto it = syms.find(name);
+    CHECK((it == syms.end() || !it->second.defined));
+  }
+}
+
 TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
   const auto syms = by_name(libvcudnn().dynsym);
   for (const char* name :
@@ -221,7 +241,7 @@ TEST_CASE("elf: the vcudnn API is exported", "[elf]") {
   }
 }
 
-TEST_CASE("elf: only cudnn*, cublas*, cuda*, __cuda*, cu[A-Z]*, vcudnn* and dlsym are defined", "[elf]") {
+TEST_CASE("elf: only cudnn*, cublas*, cuda*, __cuda*, cu[A-Z]*, nccl*, vcudnn* and dlsym are defined", "[elf]") {
   int defined = 0;
   for (const auto& s : libvcudnn().dynsym) {
     if (!s.defined || s.bind == STB_LOCAL) continue;

@@ -16,6 +16,12 @@
 //             hooked name came back as the preloaded hook, an unhooked one as the library's own,
 //             RTLD_NEXT from this program still meant "after this program", and a missing name
 //             still set dlerror.
+//   nccl:     loads libnccl.so.2 RTLD_LOCAL (as PyTorch's libraries do) and calls NCCL's hooked
+//             functions with a null communicator (rejected without a GPU), alone and inside groups,
+//             through the global symbols; prints each status, and whether the global symbols are
+//             other functions than the library's own (interposed). nccl-real: the same through the
+//             library's own symbols. preload_test.cpp compares the two runs' statuses (one process
+//             each: NCCL keeps a group's error for the thread's next group).
 //   none:     calls nothing.
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -259,12 +265,69 @@ int run_dlsym(const char* driver) {
   return 0;
 }
 
+// NCCL's functions as the C ABI has them (enums are ints), so that no nccl.h is needed.
+using NcclComm = void*;
+using NcclBuffers = int (*)(const void*, void*, size_t, int, int, NcclComm, void*);       // AllReduce
+using NcclOne = int (*)(const void*, size_t, int, int, NcclComm, void*);                  // Send, Recv, Bcast
+using NcclGroup = int (*)();
+using NcclPreMulSum = int (*)(int*, void*, int, int, NcclComm);
+using NcclRegister = int (*)(NcclComm, void*, size_t, void**);
+
+int run_nccl(bool hooked) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  void* nccl = load_local("libnccl.so.2");
+  if (!nccl) return 3;
+  bool interposed = true;
+  auto fn = [&](const char* name) {
+    void* own = dlsym(nccl, name);
+    void* global = dlsym(RTLD_DEFAULT, name);
+    if (!global || global == own) interposed = false;
+    return hooked && global ? global : own;
+  };
+  const auto all_reduce = reinterpret_cast<NcclBuffers>(fn("ncclAllReduce"));
+  const auto send = reinterpret_cast<NcclOne>(fn("ncclSend"));
+  const auto recv = reinterpret_cast<NcclOne>(fn("ncclRecv"));
+  const auto start = reinterpret_cast<NcclGroup>(fn("ncclGroupStart"));
+  const auto end = reinterpret_cast<NcclGroup>(fn("ncclGroupEnd"));
+  const auto pre_mul_sum = reinterpret_cast<NcclPreMulSum>(fn("ncclRedOpCreatePreMulSum"));
+  const auto reg = reinterpret_cast<NcclRegister>(fn("ncclCommRegister"));
+  if (!all_reduce || !send || !recv || !start || !end || !pre_mul_sum || !reg) {
+    std::printf("missing NCCL functions\n");
+    return 2;
+  }
+  constexpr int kFloat32 = 7, kSum = 0, kScalarDevice = 0;
+  float data[4] = {1, 2, 3, 4};
+  int op = 0;
+  void* handle = nullptr;
+  std::printf("interposed=%s\n", interposed ? "yes" : "no");
+  std::printf("ncclAllReduce=%d\n", all_reduce(data, data, 4, kFloat32, kSum, nullptr, nullptr));
+  std::printf("ncclSend=%d\n", send(data, 4, kFloat32, 1, nullptr, nullptr));
+  std::printf("ncclRecv=%d\n", recv(data, 4, kFloat32, 1, nullptr, nullptr));
+  int r[4];  // statuses in call order (a function's arguments are evaluated in no set order)
+  r[0] = start();
+  r[1] = end();
+  std::printf("empty group=%d,%d\n", r[0], r[1]);
+  r[0] = start();
+  r[1] = start();
+  r[2] = end();
+  r[3] = end();
+  std::printf("nested empty groups=%d,%d,%d,%d\n", r[0], r[1], r[2], r[3]);
+  r[0] = start();
+  r[1] = all_reduce(data, data + 1, 2, kFloat32, kSum, nullptr, nullptr);
+  r[2] = end();
+  std::printf("group of ncclAllReduce=%d,%d,%d\n", r[0], r[1], r[2]);
+  std::printf("ncclRedOpCreatePreMulSum=%d\n", pre_mul_sum(&op, data, kFloat32, kScalarDevice, nullptr));
+  std::printf("ncclCommRegister=%d\n", reg(nullptr, data, sizeof(data), &handle));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "statuses";
   if (mode == "dlsym") return argc > 2 ? run_dlsym(argv[2]) : 2;
   if (mode == "statuses") return run_statuses();
   if (mode == "tracked") return run_tracked();
   if (mode == "self") return run_self();
+  if (mode == "nccl" || mode == "nccl-real") return run_nccl(mode == "nccl");
   if (mode == "none") return 0;
   std::printf("unknown mode %s\n", mode.c_str());
   return 2;

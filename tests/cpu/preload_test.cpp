@@ -78,6 +78,34 @@ TEST_CASE("pointer-tracking hooks of cuDNN, cuBLAS and cuBLASLt return the real 
   }
 }
 
+// interpose/nccl_hooks.cpp forwards to the NCCL the process loaded RTLD_LOCAL, with its statuses,
+// alone and inside groups (whose collectives it reports at the group's end).
+TEST_CASE("NCCL's hooked functions return the real NCCL's statuses", "[preload][nccl]") {
+  const auto hooked = run_client("nccl", {});
+  const auto real = run_process({client(), "nccl-real"}, {{"LD_PRELOAD", std::nullopt}});
+  INFO(hooked.out << hooked.err << "\n--- without vcudnn:\n" << real.out << real.err);
+  if (real.exit_code == 3) {
+    WARN("no libnccl.so.2 on this machine: NCCL's hooks not checked");
+    return;
+  }
+  REQUIRE(real.exit_code == 0);
+  REQUIRE(hooked.exit_code == 0);
+  CHECK(grep(hooked.out, "interposed=yes").size() == 1);
+  CHECK(grep(real.out, "interposed=no").size() == 1);
+  const auto statuses = [](const std::string& out) {
+    std::string s;
+    for (const std::string& line : grep(out, "="))
+      if (line.rfind("interposed=", 0) != 0) s += line + "\n";
+    return s;
+  };
+  CHECK(statuses(hooked.out) == statuses(real.out));
+  // A null communicator is NCCL's invalid argument (4); an empty group succeeds.
+  CHECK(grep(hooked.out, "ncclAllReduce=4").size() == 1);
+  CHECK(grep(hooked.out, "empty group=0,0").size() == 1);
+  CHECK(grep(hooked.out, "nested empty groups=0,0,0,0").size() == 1);
+  CHECK(grep(hooked.out, "group of ncclAllReduce=0,4,").size() == 1);
+}
+
 TEST_CASE("without the preload nothing is interposed", "[preload]") {
   auto r = run_process({client(), "statuses"}, {{"LD_PRELOAD", std::nullopt}});
   INFO(r.out << r.err);

@@ -579,3 +579,17 @@ TEST_CASE("a PyTorch NCCL process group in the process turns the static placemen
   watchdog.join();
   CHECK(vcudnn::collectives_hazard().empty());
 }
+
+TEST_CASE("beside NCCL the placement goes ahead only when asked for, and the log says which", "[replay][placement]") {
+  using vcudnn::placement_beside_collectives;
+  CHECK(placement_beside_collectives("", false).place);
+  CHECK(placement_beside_collectives("", false).warning.empty());
+  const std::string hazard = vcudnn::collectives_hazard_in({"pt_nccl_watchdg"}, nullptr);
+  const auto by_default = placement_beside_collectives(hazard, false);
+  CHECK_FALSE(by_default.place);
+  CHECK_THAT(by_default.warning, Catch::StartsWith("no static placement (VCUDNN_OFFLOAD_PLACEMENT=off"));
+  CHECK_THAT(by_default.warning, Catch::Contains("pt_nccl_watchdg"));
+  const auto asked = placement_beside_collectives(hazard, true);
+  CHECK(asked.place);
+  CHECK_THAT(asked.warning, Catch::StartsWith("static placement kept beside NCCL"));
+}

@@ -655,6 +655,27 @@ TEST_CASE(
     CHECK(exit_count_of(r.log, pid, "iterations").value_or(0) >= 2);
     CHECK(exit_count_of(r.log, pid, "offloads").value_or(0) > 0);
     CHECK(exit_count_of(r.log, pid, "untracked_launches") == std::optional<uint64_t>(0));
+    // Note [Collectives queue their work at the group's end]: DDP's all-reduces were seen.
+    CHECK(exit_count_of(r.log, pid, "nccl_collectives").value_or(0) >= 10);
   }
   WARN("DDP, 2 ranks, " << budget / kMiB << " MiB each:\n" << numbers(alone) << "\n" << numbers(r));
+
+  // The placement asked for explicitly is kept beside the collectives vcudnn now sees: the same losses.
+  Model placed = m;
+  placed.vcudnn_env["VCUDNN_OFFLOAD_PLACEMENT"] = "static";
+  const Run p = train(placed, "placed60", tmp, true, budget);
+  INFO(describe(p));
+  require_ran(placed, p);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& mine = p.result.at("ranks").at(rank);
+    INFO("rank " << rank);
+    CHECK(mine.at("losses") == alone.result.at("ranks").at(rank).at("losses"));
+    CHECK(mine.at("vcudnn").at("peakMappedBytes").get<uint64_t>() <= budget);
+    const auto pid = mine.at("pid").get<uint64_t>();
+    bool kept = false;
+    for (const std::string& line : grep(p.log, "vcudnn[" + std::to_string(pid) + "]"))
+      kept = kept || line.find("static placement kept beside NCCL") != std::string::npos;
+    CHECK(kept);
+  }
+  WARN("DDP with the placement:\n" << numbers(p));
 }
