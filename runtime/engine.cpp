@@ -9,6 +9,7 @@
 
 #include "planner/offload_plan.h"
 #include "runtime/barrier.h"
+#include "runtime/collectives.h"
 #include "runtime/decode_conv.h"
 #include "runtime/log.h"
 #include "runtime/memory_access.h"
@@ -75,7 +76,7 @@ RecorderConfig recorder_config(const Options& o) {
       // Note [No placement beside unseen collectives]
       bool place = placement;
       if (place && m->budget()) {  // without a budget nothing is planned, nor placed
-        const PlacementVerdict v = placement_beside_collectives(collectives_hazard(), asked);
+        const PlacementVerdict v = placement_beside_collectives(collectives_hazard(), asked, collectives::reported());
         if (!v.warning.empty()) VCUDNN_LOG_WARN("offload: {}", v.warning);
         place = v.place;
       }

@@ -160,13 +160,17 @@ std::string collectives_hazard_in(const std::vector<std::string>& thread_names, 
   return "";
 }
 
-PlacementVerdict placement_beside_collectives(const std::string& hazard, bool asked) {
+PlacementVerdict placement_beside_collectives(const std::string& hazard, bool asked, uint64_t seen) {
   if (hazard.empty()) return {};
-  if (asked) {
-    return {true, "static placement kept beside NCCL, as VCUDNN_OFFLOAD_PLACEMENT asks (" + hazard +
-                      "; vcudnn sees the collectives that NCCL's shared library queues)"};
-  }
-  return {false, "no static placement (VCUDNN_OFFLOAD_PLACEMENT=off from here on): " + hazard};
+  const std::string off = "no static placement (VCUDNN_OFFLOAD_PLACEMENT=off from here on): " + hazard;
+  if (!asked) return {false, off};
+  if (!seen)
+    return {false, off +
+                       "; kept off although VCUDNN_OFFLOAD_PLACEMENT asks for it: vcudnn has seen no NCCL "
+                       "collective, so they run where its hooks cannot see them (a NCCL linked statically?)"};
+  return {true, fmt::format("static placement kept beside NCCL, as VCUDNN_OFFLOAD_PLACEMENT asks ({}; vcudnn has "
+                            "seen {} of its collectives)",
+                            hazard, seen)};
 }
 
 std::string collectives_hazard() {

@@ -43,19 +43,20 @@ inline constexpr uint32_t kMostRoom = 8;
 // on its own stream, on the gradient buckets the trace shows only as copies in and out), and which
 // of the placement's assumptions that breaks is not yet found: that rank's recorded iteration,
 // replayed with the placement on the simulated device (tests/cpu/trace_sim_test.cpp), shows no
-// error, so it lies outside what the trace holds (a candidate, not shown: NCCL working on a buffer
-// the placement had moved, or whose memory it had handed on). Moves across the iteration's end
-// (2026-11-25) would make unseen collectives a certain hazard: in that trace the gradient buckets
-// are idle from the last copy into them in the backward pass to the first copy out of them at the
-// iteration's end, which is exactly when NCCL reduces them. Since 2026-11-28 vcudnn sees the
-// collectives that NCCL's shared library queues (Note [Collectives queue their work at the group's
-// end], collectives.h): the recorded iteration holds them, on NCCL's stream, and copies out of
-// their buffers wait for them. No run on two GPUs has tested that yet, so a process where NCCL runs
-// still gets the plan without the placement, and the log says so, unless VCUDNN_OFFLOAD_PLACEMENT
-// is set explicitly (then it is kept, with a warning). Any one sign is enough (a false one costs
-// only the placement's speed): a PyTorch NCCL process group's watchdog thread ("pt_nccl_watchdg",
-// started with the group; seen in the failing run's messages), a thread whose name begins "NCCL",
-// or WORLD_SIZE above 1 (torchrun and its kin set it for every rank).
+// error, also with DDP's in-place all-reduces added on a stream of their own, hidden from vcudnn,
+// the device lagging 400 operations. Moves across the iteration's end (2026-11-25) make hidden
+// collectives a certain hazard: the gradient buckets are idle from their last use in the backward
+// pass to the first copy out of them at the iteration's end, which is when NCCL reduces them, and
+// on the simulated device such moves bring a bucket back without NCCL's result (stale gradients,
+// silently). Since 2026-11-28 vcudnn sees the collectives that NCCL's shared library queues (Note
+// [Collectives queue their work at the group's end], collectives.h): the recorded iteration holds
+// them, on NCCL's stream, copies out of their buffers wait for them, and the same simulation is
+// clean. No run on two GPUs has tested that yet, so a process where NCCL runs still gets the plan
+// without the placement, and the log says so, unless VCUDNN_OFFLOAD_PLACEMENT is set explicitly
+// (then it is kept, with a warning). Any one sign is enough (a false one costs only the placement's
+// speed): a PyTorch NCCL process group's watchdog thread ("pt_nccl_watchdg", started with the
+// group; seen in the failing run's messages), a thread whose name begins "NCCL", or WORLD_SIZE
+// above 1 (torchrun and its kin set it for every rank).
 
 // Why the static placement is not used in this process ("" when nothing speaks against it):
 // collectives_hazard() reads the names of the process's threads and WORLD_SIZE; the rule is in
@@ -64,12 +65,14 @@ std::string collectives_hazard();
 std::string collectives_hazard_in(const std::vector<std::string>& thread_names, const char* world_size);
 
 // Whether the placement goes ahead where `hazard` (collectives_hazard()) speaks against it: only when
-// VCUDNN_OFFLOAD_PLACEMENT was `asked` for explicitly; the warning says which way it went.
+// VCUDNN_OFFLOAD_PLACEMENT was `asked` for explicitly and vcudnn has `seen` collectives (none seen
+// where NCCL runs: they go where the hooks cannot see them, a NCCL linked statically, and moves
+// across the iteration's end would return stale buckets); the warning says which way it went.
 struct PlacementVerdict {
   bool place = true;
   std::string warning;  // "" when there is no hazard
 };
-PlacementVerdict placement_beside_collectives(const std::string& hazard, bool asked);
+PlacementVerdict placement_beside_collectives(const std::string& hazard, bool asked, uint64_t seen);
 
 // What was decided, for the log and the tests ("" when nothing was to be done). `room`: the plan
 // leaves 1/room of the budget out (Note [Room the plan leaves]); later plans leave more if needed.

@@ -582,14 +582,19 @@ TEST_CASE("a PyTorch NCCL process group in the process turns the static placemen
 
 TEST_CASE("beside NCCL the placement goes ahead only when asked for, and the log says which", "[replay][placement]") {
   using vcudnn::placement_beside_collectives;
-  CHECK(placement_beside_collectives("", false).place);
-  CHECK(placement_beside_collectives("", false).warning.empty());
+  CHECK(placement_beside_collectives("", false, 0).place);
+  CHECK(placement_beside_collectives("", false, 0).warning.empty());
   const std::string hazard = vcudnn::collectives_hazard_in({"pt_nccl_watchdg"}, nullptr);
-  const auto by_default = placement_beside_collectives(hazard, false);
+  const auto by_default = placement_beside_collectives(hazard, false, 12);
   CHECK_FALSE(by_default.place);
   CHECK_THAT(by_default.warning, Catch::StartsWith("no static placement (VCUDNN_OFFLOAD_PLACEMENT=off"));
   CHECK_THAT(by_default.warning, Catch::Contains("pt_nccl_watchdg"));
-  const auto asked = placement_beside_collectives(hazard, true);
+  const auto asked = placement_beside_collectives(hazard, true, 12);
   CHECK(asked.place);
   CHECK_THAT(asked.warning, Catch::StartsWith("static placement kept beside NCCL"));
+  CHECK_THAT(asked.warning, Catch::Contains("seen 12 of its collectives"));
+  // Asked for, but no collective seen: NCCL's work goes where the hooks cannot see it.
+  const auto unseen = placement_beside_collectives(hazard, true, 0);
+  CHECK_FALSE(unseen.place);
+  CHECK_THAT(unseen.warning, Catch::Contains("vcudnn has seen no NCCL collective"));
 }

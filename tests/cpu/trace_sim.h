@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,10 +72,15 @@ inline Trace scaled_trace(Trace t, uint64_t scale) {
 // buffer]); `across`: which plans move buffers across the iteration's end (Note [Across the
 // iteration's end]; the default is VCUDNN_OFFLOAD_PLACEMENT=static's);
 // `replan_at`: after that iteration the plan is installed again. `device_lag`: see below.
+// Each call runs on its recorded stream, and a call (or free) on one stream that uses a buffer last
+// used on another waits for that stream first, as the program does (PyTorch waits for an NCCL
+// collective's end before reading its buffer). `hidden`: calls that run on the device but that
+// vcudnn never sees: they touch nothing and are not in the trace the plan is made from (NCCL's
+// collectives before vcudnn interposed them).
 inline SimResult simulate_trace(const Trace& original, uint64_t budget, const std::string& policy, int iterations,
                                 uint64_t scale = 64, uint32_t room = kFirstRoom, bool placement = true,
                                 size_t device_lag = 0, bool partial = true, AcrossEnd across = AcrossEnd::kWhereNeeded,
-                                int replan_at = -1) {
+                                int replan_at = -1, const std::function<bool(const Trace&, const TraceCall&)>& hidden = {}) {
   constexpr uint64_t kGranule = 2ull << 20;
   const uint64_t g = kGranule / scale;
   Trace trace = scaled_trace(original, scale);
@@ -100,6 +106,21 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   memory::MemoryManager m(dev, dev, dev, config);
   const memory::Stream s = SimDevice::stream(1);
   SimResult out;
+
+  // What vcudnn sees of the iteration (the plan's trace): the calls that are not hidden.
+  Trace seen = trace;
+  if (hidden) std::erase_if(seen.calls, [&](const TraceCall& c) { return hidden(trace, c); });
+  const auto stream_of = [](const TraceCall& c) { return SimDevice::stream(1 + c.stream); };
+  std::map<uint64_t, memory::Stream> last_stream;  // by address: the stream that used it last
+  const auto after_others = [&](uint64_t at, memory::Stream x) {
+    const auto last = last_stream.find(at);
+    if (last != last_stream.end() && last->second != x) {
+      const memory::Event e = dev.create_event();
+      dev.record(e, last->second);
+      dev.wait(x, e);
+    }
+    last_stream[at] = x;
+  };
 
   std::vector<uint64_t> address(trace.buffers.size(), 0);
   constexpr uint64_t kStamp = 64;
@@ -133,14 +154,20 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
         address[c.buffer] = a.value_or(0);
       } else if (c.kind == CallKind::kFree && c.buffer >= 0) {
         stamp_seed.erase(address[c.buffer]);
-        if (address[c.buffer]) m.free(address[c.buffer], s);
+        if (address[c.buffer]) {
+          after_others(address[c.buffer], s);
+          last_stream.erase(address[c.buffer]);
+          m.free(address[c.buffer], s);
+        }
         address[c.buffer] = 0;
       } else if (!c.accesses.empty()) {
+        const memory::Stream x = stream_of(c);
         memory::CallScope scope;
         std::vector<uint64_t> words;
         for (const BufferAccess& a : c.accesses)
           if (address[a.buffer]) words.push_back(address[a.buffer]);
-        m.touch(words.data(), words.size(), memory::Access::kUnknown, s, "call");
+        for (uint64_t at : words) after_others(at, x);
+        if (!hidden || !hidden(trace, c)) m.touch(words.data(), words.size(), memory::Access::kUnknown, x, "call");
         for (const BufferAccess& a : c.accesses) {
           const uint64_t at = address[a.buffer];
           if (!at) continue;
@@ -149,10 +176,10 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
             for (uint64_t off = 0; off < bytes; off += g) each(at + off, std::min<uint64_t>(kStamp, bytes - off));
           };
           if (const auto seed = stamp_seed.find(at); seed != stamp_seed.end() && a.mode != AccessMode::kWrite)
-            stamps([&](uint64_t va, uint64_t n) { dev.check(s, va, n, seed->second); });
+            stamps([&](uint64_t va, uint64_t n) { dev.check(x, va, n, seed->second); });
           if (a.mode != AccessMode::kRead) {
             const uint32_t seed = ++stamp_next;
-            stamps([&](uint64_t va, uint64_t n) { dev.write(s, va, n, seed); });
+            stamps([&](uint64_t va, uint64_t n) { dev.write(x, va, n, seed); });
             stamp_seed[at] = seed;
           }
         }
@@ -183,15 +210,17 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
     for (auto& [bytes, q] : carried) {
       for (uint32_t i : q) {
         stamp_seed.erase(address[i]);
+        after_others(address[i], s);
+        last_stream.erase(address[i]);
         m.free(address[i], s);
         address[i] = 0;
         ++out.unmatched;
       }
     }
     dev.run_all();
-    if (it == 0) out.decided = replay_recorded_iteration(trace, m, policy, room, placement, partial, across);
+    if (it == 0) out.decided = replay_recorded_iteration(seen, m, policy, room, placement, partial, across);
     if (it == replan_at) {  // the same plan installed again: the first script's pool retires
-      (void)replay_recorded_iteration(trace, m, policy, room, placement, partial, across);
+      (void)replay_recorded_iteration(seen, m, policy, room, placement, partial, across);
     }
     const SimIteration after = snapshot();
     SimIteration d;

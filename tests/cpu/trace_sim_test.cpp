@@ -445,6 +445,92 @@ TEST_CASE("recorded DDP rank at the failing budget: the placed plan is sound on 
   }
 }
 
+namespace {
+
+// DDP's all-reduces as NCCL runs them, put into the recorded rank's iteration (which holds none:
+// vcudnn did not see them then). A gradient bucket is alive through the iteration, and the copies
+// into the gradients at the end of the backward pass (the iteration's start) read it; NCCL reduces
+// it in place, on its own stream, right after its last use in the backward pass (the last gradient
+// copied into it). Sequence numbers are doubled to make room.
+Trace with_all_reduces(Trace t) {
+  std::map<uint64_t, bool> copied_out;  // by buffer: a memcpy reads it
+  for (const TraceCall& c : t.calls)
+    for (const BufferAccess& a : c.accesses)
+      if (c.kind == CallKind::kMemcpy && a.mode == AccessMode::kRead) copied_out[a.buffer] = true;
+  std::map<uint64_t, uint32_t> reduce_after;  // seq of the bucket's last use -> bucket
+  for (const BufferLife& b : lifetimes(t).buffers) {
+    if (b.alloc_seq || b.free_seq || b.uses.empty() || t.buffers[b.buffer].bytes < (1u << 20)) continue;
+    if (copied_out[b.buffer]) reduce_after[b.uses.back()] = b.buffer;
+  }
+  t.streams.push_back(0x7ccc);  // NCCL's
+  t.names.push_back("ncclAllReduce");
+  std::vector<TraceCall> calls;
+  for (TraceCall c : t.calls) {
+    c.seq *= 2;
+    calls.push_back(c);
+    if (const auto r = reduce_after.find(c.seq / 2); r != reduce_after.end()) {
+      TraceCall reduce;
+      reduce.seq = c.seq + 1;
+      reduce.thread = c.thread;
+      reduce.stream = static_cast<uint32_t>(t.streams.size() - 1);
+      reduce.kind = CallKind::kLibrary;
+      reduce.name = static_cast<int32_t>(t.names.size() - 1);
+      reduce.gpu_ms = 1.0;
+      reduce.accesses = {{r->second, AccessMode::kUnknown}};
+      calls.push_back(reduce);
+    }
+  }
+  t.calls = std::move(calls);
+  t.first_seq *= 2;
+  t.end_seq *= 2;
+  return t;
+}
+
+}  // namespace
+
+// Note [Collectives queue their work at the group's end]: the rank's iteration with the all-reduces
+// NCCL runs on its own stream, the device lagging as on the GPU. Seen (vcudnn interposes them now),
+// the placed plan keeps each bucket on the device while NCCL reduces it, also with moves across the
+// iteration's end wherever they are faster, which take the buckets away from their reduction to
+// their first copy out. Hidden from vcudnn (as before 2026-11-28), those moves copy a bucket out
+// and back around NCCL's reduction: the kernels after it read stale gradients (the control below).
+TEST_CASE("recorded DDP rank with its all-reduces: seen, NCCL's work never finds a bucket gone",
+          "[replay][memory][placement][nccl]") {
+  static const Trace rank = [] {
+    auto r = read_trace(test::source_dir() + "/tests/data/resnet50_ddp_rank_trace.json");
+    REQUIRE(r);
+    return with_all_reduces(r.value());
+  }();
+  size_t reduces = 0;
+  for (const TraceCall& c : rank.calls) reduces += is_collective(rank, c);
+  CHECK(reduces == 5);  // ResNet-50's 90 MiB of gradients: DDP's buckets of 25 MiB, two smaller
+  const uint64_t budget = 1894355301ull;  // as in the test above
+  for (const AcrossEnd across : {AcrossEnd::kWhereNeeded, AcrossEnd::kWhereFaster}) {
+    for (const size_t lag : {size_t{0}, size_t{400}}) {
+      const test::SimResult r =
+          test::simulate_trace(rank, budget, "vcudnn", kIterations, 64, kFirstRoom, true, lag, true, across);
+      const Steady st = steady(r);
+      INFO(fmt::format("across {} lag {}: fault-ins {:.1f}\n{}\n{}", static_cast<int>(across), lag, st.fault_ins,
+                       r.decided, r.summary));
+      CHECK_THAT(r.decided, Catch::Contains("; a static placement:"));
+      CHECK(r.errors.empty());
+      CHECK(r.peak_bytes <= budget);
+      CHECK(st.fault_ins == 0);
+    }
+  }
+  const auto hide = [](const Trace& t, const TraceCall& c) { return is_collective(t, c); };
+  const test::SimResult hidden = test::simulate_trace(rank, budget, "vcudnn", kIterations, 64, kFirstRoom, true, 400,
+                                                      true, AcrossEnd::kWhereFaster, -1, hide);
+  INFO(hidden.decided);
+  CHECK_FALSE(hidden.errors.empty());
+  // What failed on the GPU (2026-11-24: no moves across the end) shows no error here even with the
+  // all-reduces hidden: its cause is still not in this model (Note [No placement beside unseen
+  // collectives]).
+  const test::SimResult then = test::simulate_trace(rank, budget, "vcudnn", kIterations, 64, kFirstRoom, true, 400,
+                                                    true, AcrossEnd::kNever, -1, hide);
+  CHECK(then.errors.empty());
+}
+
 // Note [Room for a slot's blocks]: with little room left by the plan (1/1024 of the budget) the
 // runtime makes room for a placed slot's missing blocks often, and making room gave back free blocks
 // of that very slot: the blocks created then went over the budget (10 granules at 80 %, on the
