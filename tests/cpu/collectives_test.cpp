@@ -34,6 +34,18 @@ class ToManager : public collectives::Reporter {
   MemoryManager& m_;
 };
 
+// A card of `granules` under a budget of as many, with ownership on and the reporter to its manager.
+struct Card {
+  test::MemoryActive on;
+  SimDevice dev;
+  MemoryManager m;
+  ToManager to{m};
+  explicit Card(uint64_t granules) : dev(kG, granules), m(dev, dev, dev, test::manager_config(granules * kG, kG)) {}
+  uint64_t buffer() {  // 4 MiB on no stream, or 0
+    return m.allocate(4 * kMiB, std::nullopt, Origin::kFramework).value_or(0);
+  }
+};
+
 collectives::Buffers one(uint64_t a) {
   collectives::Buffers b;
   b.words[b.n++] = a;
@@ -89,25 +101,22 @@ TEST_CASE("collectives: inside a group the buffers come back at its end, where N
 }
 
 TEST_CASE("collectives: only the outermost end of nested groups reports, outside a group at once", "[memory][nccl]") {
-  test::MemoryActive on;
-  SimDevice dev(kG, 8);
-  MemoryManager m(dev, dev, dev, test::manager_config(8 * kG, kG));
-  const ToManager to(m);
-  const auto a = m.allocate(4 * kMiB, std::nullopt, Origin::kFramework);
-  const auto b = m.allocate(4 * kMiB, std::nullopt, Origin::kFramework);
+  Card card(8);
+  auto& [on, dev, m, to] = card;
+  const auto a = card.buffer(), b = card.buffer();
   REQUIRE(a);
   REQUIRE(b);
   const Stream nccl = SimDevice::stream(2);
 
   const uint64_t reported = collectives::reported(), at_ends = collectives::reported_at_group_ends();
-  CHECK(collectives::collective(one(*a), nccl, "ncclSend", to));
+  CHECK(collectives::collective(one(a), nccl, "ncclSend", to));
   CHECK(to.touches == 1);  // no group: reported with the call
 
   collectives::group_started();
   collectives::group_started();
-  CHECK(collectives::collective(one(*a), nccl, "ncclSend", to));
+  CHECK(collectives::collective(one(a), nccl, "ncclSend", to));
   CHECK(collectives::group_ending(to));  // inner end: NCCL queues nothing yet
-  CHECK(collectives::collective(one(*b), nccl, "ncclRecv", to));
+  CHECK(collectives::collective(one(b), nccl, "ncclRecv", to));
   CHECK(to.touches == 1);
   CHECK(collectives::waiting() == 2);
   CHECK(collectives::group_ending(to));
@@ -125,31 +134,27 @@ TEST_CASE("collectives: only the outermost end of nested groups reports, outside
 }
 
 TEST_CASE("collectives: work a nonblocking communicator may queue later pins its buffers", "[memory][nccl]") {
-  test::MemoryActive on;
-  SimDevice dev(kG, 8);
-  MemoryManager m(dev, dev, dev, test::manager_config(8 * kG, kG));
-  const ToManager to(m);
-  const auto a = m.allocate(4 * kMiB, std::nullopt, Origin::kFramework);
-  const auto b = m.allocate(4 * kMiB, std::nullopt, Origin::kFramework);
-  const auto c = m.allocate(4 * kMiB, std::nullopt, Origin::kFramework);
+  Card card(8);
+  auto& [on, dev, m, to] = card;
+  const auto a = card.buffer(), b = card.buffer(), c = card.buffer();
   REQUIRE(a);
   REQUIRE(b);
   REQUIRE(c);
   const Stream nccl = SimDevice::stream(2);
 
   collectives::group_started();
-  REQUIRE(collectives::collective(one(*a), nccl, "ncclAllReduce", to));
+  REQUIRE(collectives::collective(one(a), nccl, "ncclAllReduce", to));
   REQUIRE(collectives::group_ending(to));
   collectives::queued_later(nullptr, "ncclGroupEnd", to);  // the group's end returned ncclInProgress
   CHECK(m.stats().pinned_buffers == 1);
-  CHECK(m.evict(*a) == EvictResult::kNotAllowed);
+  CHECK(m.evict(a) == EvictResult::kNotAllowed);
 
-  const collectives::Buffers alone = one(*b);
+  const collectives::Buffers alone = one(b);
   REQUIRE(collectives::collective(alone, nccl, "ncclAllReduce", to));
   collectives::queued_later(&alone, "ncclAllReduce", to);  // a call outside a group did
   CHECK(m.stats().pinned_buffers == 2);
-  CHECK(m.evict(*b) == EvictResult::kNotAllowed);
-  CHECK(m.evict(*c) == EvictResult::kOk);  // untouched by NCCL: still free to move
+  CHECK(m.evict(b) == EvictResult::kNotAllowed);
+  CHECK(m.evict(c) == EvictResult::kOk);  // untouched by NCCL: still free to move
   dev.run_all();
   CHECK(dev.errors.empty());
 }
