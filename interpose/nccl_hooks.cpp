@@ -5,8 +5,9 @@
 //
 // NCCL's types are declared here, not taken from nccl.h, so that vcudnn builds where the CUDA
 // toolkit comes without NCCL: every enum NCCL passes is an int in the C ABI, and a communicator is an
-// opaque pointer. The prototypes below are NCCL 2.28's (nccl.h of CUDA 13.0), unchanged in their
-// arguments since NCCL 2.7 for every function hooked here except ncclCommWindowRegister (2.27).
+// opaque pointer. The prototypes below are NCCL 2.28's (nccl.h of CUDA 13.0); a hooked function the
+// process's NCCL lacks (an older one) is never called by a program built against that NCCL, and
+// would be answered with ncclInternalError.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -34,6 +35,9 @@ constexpr Result kInternalError = 3;       // answered when no real NCCL was fou
 constexpr Result kInProgress = 7;          // a nonblocking communicator: the work may be queued later
 constexpr int kScalarDevice = 0;           // ncclScalarDevice: the scalar stays in device memory
 
+// The barrier's fallback: vcudnn's work failed (Note [Exception barrier]).
+constexpr auto kFailed = [] { return false; };
+
 template <typename Fn>
 Fn real_nccl(const char* name) {
   return reinterpret_cast<Fn>(real_symbol(Library::kNccl, name));
@@ -54,8 +58,7 @@ void after(const char* name, F&& f) {
     f();
     return true;
   };
-  barrier(
-      name, run, [] { return false; }, false);
+  barrier(name, run, kFailed, false);
 }
 
 // The body of every collective and point-to-point hook: report the buffers on the stream among
@@ -67,9 +70,7 @@ Result collective(Fn fn, const char* name, const collectives::Buffers& b, Args..
   memory::CallScope scope;  // the buffers stay put until the work is queued
   // An exception counts as "could not bring the memory back" (Note [Exception barrier]).
   const auto report = [&] { return collectives::collective(b, stream_of(args...), name); };
-  if (!barrier(
-          name, report, [] { return false; }, false))
-    return kUnhandledCudaError;
+  if (!barrier(name, report, kFailed, false)) return kUnhandledCudaError;
   const Result r = fn(args...);
   if (r == kInProgress) after(name, [&] { collectives::queued_later(&b, name); });
   return r;
@@ -171,9 +172,7 @@ Result ncclGroupEnd() {
   if (!fn) return kInternalError;
   memory::CallScope scope;  // armed only while vcudnn owns memory
   const auto report = [] { return collectives::group_ending(); };
-  if (!barrier(
-          __func__, report, [] { return false; }, false))
-    return kUnhandledCudaError;
+  if (!barrier(__func__, report, kFailed, false)) return kUnhandledCudaError;
   const Result r = fn();
   if (r == kInProgress) after(__func__, [] { collectives::queued_later(nullptr, "ncclGroupEnd"); });
   return r;
