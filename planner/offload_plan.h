@@ -229,8 +229,8 @@ Result<OffloadPlan> plan_offload(const Trace& trace, const Lifetimes& lifetimes,
 //
 // Three lanes run side by side: the calls in order on one compute stream, copies out on the
 // device-to-host link, copies back on the host-to-device link (each lane one copy at a time, at
-// its own bandwidth; that both directions at once share `both_gbps` is not modelled, so the
-// timeline is optimistic where the lanes overlap). A copy out starts when its use has
+// its own bandwidth, the two together at no more than `both_gbps`: Note [Both directions at once]
+// in offload_plan.cpp). A copy out starts when its use has
 // run and the lane is free; a copy back when its prefetch call starts, the lane is free and the copy
 // out is done; a call waits for the copies back of the buffers it uses (a stall). The model of
 // device bytes above counts a move off the device from its off_from call; a copy out not done by

@@ -589,6 +589,53 @@ TEST_CASE("offload plan timing: allocations and frees take no GPU time", "[offlo
   CHECK(tl.step_ms == Approx(tl.compute_ms));
 }
 
+// Note [Both directions at once]: B's copy out is queued first and takes the device-to-host lane at
+// its own rate; A's copy back, queued later over the same time, gets what the link has left.
+TEST_CASE("offload plan timing: copies out and back at once share the link", "[offload_plan]") {
+  using M = AccessMode;
+  Builder b;
+  const uint32_t a = b.buffer(64 * kMiB), bb = b.buffer(64 * kMiB);
+  const uint64_t first = b.add(CallKind::kLaunch, -1, {{a, M::kWrite}});
+  b.add(CallKind::kLaunch, -1, {{bb, M::kWrite}});
+  b.add(CallKind::kConvolution, -1, {});  // a long call both are away for
+  b.add(CallKind::kLaunch, -1, {{a, M::kRead}});
+  b.add(CallKind::kLaunch, -1, {{bb, M::kRead}});
+  b.done(first);
+  for (TraceCall& c : b.t.calls) c.gpu_ms = c.kind == CallKind::kConvolution ? 100.0f : 0.001f;
+  const Lifetimes l = lifetimes(b.t);
+  const SpanModel m = span_model(b.t, l);
+  OffloadPlan p;
+  p.budget = 1ull << 40;  // no room to wait for
+  p.moves = {{0, 64 * kMiB, 0, 2, 3, 1}, {1, 64 * kMiB, 1, 4, 4, 2}};  // A back for call 3 from call 2
+  const double copy_ms = 64.0 * kMiB / 1e6;                           // at 1 GB/s
+  const PlanTimeline alone = time_plan(b.t, m, p, {1, 1, 2});         // the sum: no sharing
+  const PlanTimeline unknown = time_plan(b.t, m, p, {1, 1, 0});       // no measure: none either
+  const PlanTimeline shared = time_plan(b.t, m, p, {1, 1, 1});
+  const auto back_of = [](const PlanTimeline& t, size_t move) {
+    for (const TimedCopy& c : t.copies_back)
+      if (c.move == move) return c;
+    return TimedCopy{};
+  };
+  REQUIRE(alone.copies_out.size() == 2);
+  REQUIRE(shared.copies_out.size() == 2);
+  for (const PlanTimeline* t : {&alone, &unknown, &shared}) {  // the copies out, queued first, as alone
+    CHECK(t->copies_out[0].end_ms - t->copies_out[0].start_ms == Approx(copy_ms));
+    CHECK(t->copies_out[1].start_ms == Approx(t->copies_out[0].end_ms));
+    CHECK(t->copies_out[1].end_ms - t->copies_out[1].start_ms == Approx(copy_ms));
+  }
+  // A's copy back starts when its copy out has ended, beside B's copy out.
+  CHECK(back_of(alone, 0).start_ms == Approx(alone.copies_out[0].end_ms));
+  CHECK(back_of(alone, 0).end_ms - back_of(alone, 0).start_ms == Approx(copy_ms));
+  CHECK(back_of(unknown, 0).end_ms == Approx(back_of(alone, 0).end_ms));
+  // Shared: a tenth of its rate while B's copy out runs, then all of it: 10 % of the bytes in the
+  // overlap, the rest after.
+  CHECK(back_of(shared, 0).start_ms == Approx(shared.copies_out[0].end_ms));
+  CHECK(back_of(shared, 0).end_ms == Approx(shared.copies_out[1].end_ms + 0.9 * copy_ms));
+  // A is due after the 100 ms call: it waits for its copy back, the longer where the link is shared.
+  CHECK(alone.stall_ms > 0);
+  CHECK(shared.step_ms == Approx(alone.step_ms + 0.9 * copy_ms));
+}
+
 // runtime/collectives.h: a DDP rank's all-reduce runs on NCCL's stream beside the backward pass, and
 // its time counts the wait for the other ranks: it adds nothing to the compute lane.
 TEST_CASE("offload plan timing: NCCL's collectives run beside the compute", "[offload_plan][nccl]") {
