@@ -16,8 +16,6 @@
 // freed), which costs memory and never a byte.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <cstdint>
 
@@ -60,7 +58,8 @@ bool group_ending(const Reporter& to = process_reporter());
 // pinned. `buffers` is null for a group's end.
 void queued_later(const Buffers* buffers, const char* api, const Reporter& to = process_reporter());
 
-// Collectives reported in this process, and of them those reported at a group's end (the exit line).
+// Collectives reported in this process, and of them those reported at a group's end: the exit line,
+// and whether the placement may stay beside NCCL (placement_beside_collectives, offload_replay.h).
 uint64_t reported() noexcept;
 uint64_t reported_at_group_ends() noexcept;
 
