@@ -123,6 +123,7 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   };
 
   std::vector<uint64_t> address(trace.buffers.size(), 0);
+  size_t failed_touches = 0;
   constexpr uint64_t kStamp = 64;
   std::map<uint64_t, uint32_t> stamp_seed;  // by address: the last writer's
   uint32_t stamp_next = 0;
@@ -167,7 +168,10 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
         for (const BufferAccess& a : c.accesses)
           if (address[a.buffer]) words.push_back(address[a.buffer]);
         for (uint64_t at : words) after_others(at, x);
-        if (!hidden || !hidden(trace, c)) m.touch(words.data(), words.size(), memory::Access::kUnknown, x, "call");
+        // A touch that finds no room fails the real call (out of memory): an error here, not a kernel
+        // that runs anyway.
+        if ((!hidden || !hidden(trace, c)) && !m.touch(words.data(), words.size(), memory::Access::kUnknown, x, "call"))
+          ++failed_touches;
         for (const BufferAccess& a : c.accesses) {
           const uint64_t at = address[a.buffer];
           if (!at) continue;
@@ -236,6 +240,9 @@ inline SimResult simulate_trace(const Trace& original, uint64_t budget, const st
   out.peak_bytes = dev.peak_mapped_granules() * kGranule;
   out.held_peak = m.stats().peak_mapped * scale;
   out.errors = dev.errors.empty() ? "" : dev.first_errors();
+  if (failed_touches)
+    out.errors += (out.errors.empty() ? "" : "; ") + std::to_string(failed_touches) +
+                  " calls found no room for their buffers (touch() failed: the real calls would fail)";
   out.summary = m.summary();
   out.replay = m.replay_stats();
   out.replans = m.stats().replans;
